@@ -1,0 +1,58 @@
+// The boundary between the runtime and a device: one sequence, two explicit forward entry points.
+//
+// A backend is chosen once at load (CPU now; CUDA where built). It owns the sequence state of one
+// conversation (attention KV cache, DeltaNet conv and recurrent states) and advances it:
+//   prefill(tokens)  many rows at once, in bounded chunks (matrix-shaped work)
+//   decode(token)    one row (bandwidth-shaped work)
+// Both append to the same sequence, so "prefill N, then decode k" equals "prefill N + k".
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "kernels/attention/attention.h"
+
+namespace qwick {
+
+struct Model;
+
+struct BackendOptions {
+  int threads = 0;                        // CPU worker threads, 0 = one per core
+  int64_t max_context = 0;                // 0 = the model's max_position_embeddings
+  KvDtype kv_dtype = KvDtype::kBF16;      // attention KV cache element type
+};
+
+// Called after the embedding (stage 0) and after each layer (stage L + 1) of every prefill chunk:
+// hidden rows [n_rows, hidden] for positions [pos0, pos0 + n_rows).
+using LayerObserver = std::function<void(int stage, const float* hidden, int64_t n_rows, int64_t pos0)>;
+
+struct PrefillOptions {
+  int64_t chunk = 512;       // rows per forward pass; bounds activation memory
+  bool all_logits = false;   // logits for every token instead of only the last
+  LayerObserver observer;    // optional, for layer-by-layer comparisons
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // Starts a new, empty sequence.
+  virtual void reset() = 0;
+  // Tokens in the sequence so far.
+  virtual int64_t position() const = 0;
+  virtual int64_t max_context() const = 0;
+
+  // Appends `tokens`; writes the last token's logits ([vocab]) or every token's ([n, vocab]).
+  // Throws Error (state unchanged) for an out-of-range token or when the context would overflow.
+  virtual void prefill(std::span<const int32_t> tokens, std::span<float> logits, const PrefillOptions& options) = 0;
+  // Appends one token and writes its logits [vocab].
+  virtual void decode(int32_t token, std::span<float> logits) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(const Model& model, const BackendOptions& options);
+
+}  // namespace qwick

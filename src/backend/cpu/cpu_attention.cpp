@@ -1,0 +1,65 @@
+// Gated full attention on the CPU (model-spec.md §2.3).
+#include <cmath>
+
+#include "backend/cpu/cpu_layers.h"
+#include "kernels/activation.h"
+#include "kernels/attention/attention.h"
+#include "kernels/matmul/matmul_parallel.h"
+#include "kernels/norm/rms_norm.h"
+
+namespace qwick {
+
+void attention_forward(const CpuContext& ctx, const AttentionWeights& w, KvCache& cache, const float* x, int64_t n,
+                       int64_t pos0, float* out) {
+  const ModelConfig& c = ctx.cfg;
+  const int64_t H = c.hidden_size, hd = c.head_dim, nq = c.n_heads, nkv = c.n_kv_heads;
+  const int64_t q_rows = c.q_proj_rows(), kv_rows = nkv * hd;
+  const int64_t q_stride = c.attn_output_gate ? 2 * hd : hd;  // per head: [q | gate]
+
+  float* qg = ctx.arena.floats(static_cast<size_t>(n * q_rows));
+  float* k = ctx.arena.floats(static_cast<size_t>(n * kv_rows));
+  float* v = ctx.arena.floats(static_cast<size_t>(n * kv_rows));
+  const MatmulProblem proj[] = {matmul_problem(w.q_proj, x, H, n, qg, q_rows), matmul_problem(w.k_proj, x, H, n, k, kv_rows),
+                                matmul_problem(w.v_proj, x, H, n, v, kv_rows)};
+  matmul_batch(proj, ctx.pool);
+
+  // q/k norm and RoPE per head, then the new keys and values into the cache.
+  cache.reserve(pos0 + n, ctx.max_context);
+  const int half = c.rotary_dim / 2;
+  float* angles = ctx.arena.floats(static_cast<size_t>(n * 2 * half));  // per row: cos[half], sin[half]
+  ctx.pool.parallel_for(static_cast<size_t>(n), [&](size_t t, int) {
+    const float* cos = angles + t * 2 * static_cast<size_t>(half);
+    const float* sin = cos + half;
+    ctx.rope.angles(pos0 + static_cast<int64_t>(t), angles + t * 2 * static_cast<size_t>(half),
+                    angles + t * 2 * static_cast<size_t>(half) + half);
+    for (int64_t h = 0; h < nq; ++h) {
+      float* q = qg + static_cast<int64_t>(t) * q_rows + h * q_stride;
+      rms_norm(q, w.q_norm.data(), c.rms_norm_eps, hd, q);
+      apply_rope(q, c.rotary_dim, cos, sin);
+    }
+    float* kt = k + static_cast<int64_t>(t) * kv_rows;
+    for (int64_t h = 0; h < nkv; ++h) {
+      rms_norm(kt + h * hd, w.k_norm.data(), c.rms_norm_eps, hd, kt + h * hd);
+      apply_rope(kt + h * hd, c.rotary_dim, cos, sin);
+    }
+    cache.write(pos0 + static_cast<int64_t>(t), kt, v + static_cast<int64_t>(t) * kv_rows);
+  });
+
+  // Causal GQA attention per (row, head); query head h reads kv head h / (nq / nkv).
+  float* o = ctx.arena.floats(static_cast<size_t>(n * nq * hd));
+  float* scores = ctx.arena.floats(static_cast<size_t>(ctx.pool.size()) * static_cast<size_t>(pos0 + n));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  ctx.pool.parallel_for(static_cast<size_t>(n * nq), [&](size_t task, int thread) {
+    const int64_t t = static_cast<int64_t>(task) / nq, h = static_cast<int64_t>(task) % nq;
+    const float* q = qg + t * q_rows + h * q_stride;
+    float* oh = o + (t * nq + h) * hd;
+    attend(q, cache.head(static_cast<int>(h / (nq / nkv))), pos0 + t + 1, static_cast<int>(hd), scale,
+           scores + static_cast<size_t>(thread) * static_cast<size_t>(pos0 + n), oh, ctx.ops);
+    if (c.attn_output_gate)
+      for (int64_t d = 0; d < hd; ++d) oh[d] *= sigmoid(q[hd + d]);
+  });
+
+  matmul(matmul_problem(w.o_proj, o, nq * hd, n, out, H), ctx.pool);
+}
+
+}  // namespace qwick

@@ -1,0 +1,67 @@
+// Gated DeltaNet on the CPU (model-spec.md §2.5): token-by-token scan with the fp32 state.
+#include <cmath>
+
+#include "backend/cpu/cpu_layers.h"
+#include "kernels/deltanet/deltanet.h"
+#include "kernels/matmul/matmul_parallel.h"
+#include "kernels/norm/rms_norm.h"
+
+namespace qwick {
+
+void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetState& state, const float* x, int64_t n,
+                      float* out) {
+  const ModelConfig& c = ctx.cfg;
+  const int64_t H = c.hidden_size, C = c.conv_channels(), Vt = c.lin_v_total();
+  const int64_t Hk = c.lin_n_k_heads, Hv = c.lin_n_v_heads, Dk = c.lin_k_dim, Dv = c.lin_v_dim;
+  const int64_t key_dim = c.lin_q_dim();
+
+  float* qkv = ctx.arena.floats(static_cast<size_t>(n * C));
+  float* z = ctx.arena.floats(static_cast<size_t>(n * Vt));
+  float* b = ctx.arena.floats(static_cast<size_t>(n * Hv));
+  float* a = ctx.arena.floats(static_cast<size_t>(n * Hv));
+  const MatmulProblem proj[] = {
+      matmul_problem(w.in_proj_qkv, x, H, n, qkv, C), matmul_problem(w.in_proj_z, x, H, n, z, Vt),
+      matmul_problem(w.in_proj_b, x, H, n, b, Hv), matmul_problem(w.in_proj_a, x, H, n, a, Hv)};
+  matmul_batch(proj, ctx.pool);
+
+  // Causal conv + SiLU over channel blocks.
+  float* conv = ctx.arena.floats(static_cast<size_t>(n * C));
+  constexpr int64_t kChannelBlock = 256;
+  ctx.pool.parallel_for(static_cast<size_t>((C + kChannelBlock - 1) / kChannelBlock), [&](size_t i, int) {
+    const int64_t c0 = static_cast<int64_t>(i) * kChannelBlock;
+    causal_conv_silu(qkv, n, C, w.conv.data(), c.conv_kernel, state.conv.data(), conv, c0, std::min(C, c0 + kChannelBlock));
+  });
+
+  // Per row: L2-normalise q (then scale by Dk^-1/2) and k per key head; beta and decay per value head.
+  float* beta = ctx.arena.floats(static_cast<size_t>(n * Hv));
+  float* decay = ctx.arena.floats(static_cast<size_t>(n * Hv));
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(Dk));
+  ctx.pool.parallel_for(static_cast<size_t>(n), [&](size_t t, int) {
+    float* row = conv + static_cast<int64_t>(t) * C;
+    for (int64_t h = 0; h < Hk; ++h) {
+      l2_norm(row + h * Dk, Dk, 1e-6f, q_scale);
+      l2_norm(row + key_dim + h * Dk, Dk, 1e-6f, 1.0f);
+    }
+    deltanet_gates(b + t * Hv, a + t * Hv, w.a_neg.data(), w.dt_bias.data(), Hv, beta + t * Hv, decay + t * Hv);
+  });
+
+  // The recurrence, one value head per task; value head h reads key head h / (Hv / Hk).
+  float* o = ctx.arena.floats(static_cast<size_t>(n * Vt));
+  ctx.pool.parallel_for(static_cast<size_t>(Hv), [&](size_t hv, int) {
+    const int64_t h = static_cast<int64_t>(hv), kh = h / (Hv / Hk);
+    DeltaNetHeadScan scan{conv + kh * Dk, conv + key_dim + kh * Dk, C, conv + 2 * key_dim + h * Dv, C,
+                          decay + h,      beta + h,                 Hv, o + h * Dv,                 Vt};
+    deltanet_scan_head(scan, n, Dk, Dv, state.recurrent.data() + h * Dv * Dk, ctx.ops);
+  });
+
+  // Gated RMSNorm per (row, value head), then the output projection.
+  ctx.pool.parallel_for(static_cast<size_t>(n), [&](size_t t, int) {
+    for (int64_t h = 0; h < Hv; ++h) {
+      float* oh = o + static_cast<int64_t>(t) * Vt + h * Dv;
+      gated_rms_norm(oh, z + static_cast<int64_t>(t) * Vt + h * Dv, w.norm.data(), c.rms_norm_eps, Dv, oh);
+    }
+  });
+  matmul(matmul_problem(w.out_proj, o, Vt, n, out, H), ctx.pool);
+}
+
+}  // namespace qwick

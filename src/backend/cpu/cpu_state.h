@@ -1,0 +1,52 @@
+// Sequence state on the CPU: what a conversation carries from one token to the next.
+//
+//   attention layers: KV cache, per kv head a [capacity, head_dim] array of keys and one of values
+//                     (bf16 by default; f32 on request for exact comparisons)
+//   DeltaNet layers:  conv window  [K-1, channels]  the last K-1 pre-conv qkv rows, f32
+//                     recurrent S  [Hv, Dv, Dk]     f32 (rounding accumulates over long sequences)
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "kernels/attention/attention.h"
+#include "model/config.h"
+
+namespace qwick {
+
+class KvCache {
+ public:
+  KvCache(KvDtype dtype, int n_kv_heads, int head_dim);
+  // Makes room for positions [0, n); grows by doubling (never past `limit`), keeping what is stored.
+  void reserve(int64_t n, int64_t limit);
+  // Stores one position's keys and values ([n_kv_heads, head_dim] each), rounding to the cache type.
+  void write(int64_t pos, const float* k, const float* v);
+  KvHeadView head(int kv_head) const;
+  int64_t capacity() const { return capacity_; }
+  size_t bytes() const { return k_.size() * 2; }
+
+ private:
+  size_t elem_bytes() const { return dtype_ == KvDtype::kBF16 ? 2 : 4; }
+  KvDtype dtype_;
+  int n_kv_heads_, head_dim_;
+  int64_t capacity_ = 0;
+  AlignedBuffer<uint8_t> k_, v_;  // [n_kv_heads, capacity, head_dim]
+};
+
+struct DeltaNetState {
+  AlignedBuffer<float> conv;       // [K-1, channels]
+  AlignedBuffer<float> recurrent;  // [Hv, Dv, Dk]
+};
+
+struct CpuSequence {
+  CpuSequence(const ModelConfig& cfg, KvDtype kv_dtype);
+  void clear();  // back to an empty sequence
+
+  int64_t position = 0;
+  std::vector<int> slot;  // per layer: index into kv or deltanet
+  std::vector<KvCache> kv;
+  std::vector<DeltaNetState> deltanet;
+};
+
+}  // namespace qwick

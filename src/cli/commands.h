@@ -1,0 +1,12 @@
+// The qwick sub-commands. Each takes its own argv (argv[0] = "qwick <command>") and returns the
+// process exit code; errors are thrown as qwick::Error and reported by main().
+#pragma once
+
+namespace qwick {
+
+int cmd_run(int argc, char** argv);
+int cmd_info(int argc, char** argv);
+int cmd_eval(int argc, char** argv);
+int cmd_make_model(int argc, char** argv);
+
+}  // namespace qwick

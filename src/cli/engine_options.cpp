@@ -1,0 +1,69 @@
+#include "cli/engine_options.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/error.h"
+#include "model/synthetic_model.h"
+
+namespace qwick {
+
+void EngineOptions::add_to(ArgParser& p) {
+  p.option({"-m", "--model"}, "DIR", "model directory (Hugging Face layout); default: the built-in small model",
+           &model, "LLAMA_ARG_MODEL");
+  p.option({"-t", "--threads"}, "N", "CPU threads (0 = one per core)", &threads, "LLAMA_ARG_THREADS");
+  p.option({"-c", "--ctx-size"}, "N", "context size in tokens (0 = the model's maximum)", &ctx_size,
+           "LLAMA_ARG_CTX_SIZE");
+  p.option({"--kv-type"}, "TYPE", "attention KV cache type: bf16 or f32", &kv_type, "QWICK_KV_TYPE");
+  p.option({"--device"}, "DEV", "where to run: cpu", &device, "QWICK_DEVICE");
+}
+
+BackendOptions EngineOptions::backend_options() const {
+  BackendOptions b;
+  b.threads = threads;
+  if (ctx_size < 0) fail("--ctx-size must not be negative, got {}", ctx_size);
+  b.max_context = ctx_size;
+  if (kv_type == "bf16")
+    b.kv_dtype = KvDtype::kBF16;
+  else if (kv_type == "f32")
+    b.kv_dtype = KvDtype::kF32;
+  else
+    fail("--kv-type: unknown type \"{}\" (expected bf16 or f32)", kv_type);
+  return b;
+}
+
+std::string builtin_model_dir() {
+  namespace fs = std::filesystem;
+  fs::path base;
+  if (const char* h = std::getenv("QWICK_HOME"); h && *h) {
+    base = h;
+  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
+    base = fs::path(x) / "qwick";
+  } else if (const char* home = std::getenv("HOME"); home && *home) {
+    base = fs::path(home) / ".cache" / "qwick";
+  } else {
+    base = fs::temp_directory_path() / "qwick";
+  }
+  return (base / "builtin-small").string();
+}
+
+Engine open_engine(const EngineOptions& options) {
+  if (options.device != "cpu") fail("--device {}: this build runs on the cpu only", options.device);
+  std::string dir = options.model;
+  if (dir.empty()) {
+    dir = builtin_model_dir();
+    if (!std::filesystem::exists(std::filesystem::path(dir) / "config.json")) {
+      std::fprintf(stderr, "making the built-in small model in %s\n", dir.c_str());
+      SyntheticModelSpec spec;
+      spec.preset = "small";
+      write_synthetic_model(spec, dir);
+    }
+  }
+  Engine e;
+  e.model = load_model(dir);
+  e.backend = make_cpu_backend(*e.model, options.backend_options());
+  return e;
+}
+
+}  // namespace qwick

@@ -1,0 +1,37 @@
+// Options every command that runs the model shares (-m, -t, -c, --kv-type, --device), and opening
+// the model and backend from them.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "cli/args.h"
+#include "model/model.h"
+
+namespace qwick {
+
+struct EngineOptions {
+  std::string model;  // empty: the built-in small model
+  int threads = 0;
+  int64_t ctx_size = 0;
+  std::string kv_type = "bf16";
+  std::string device = "cpu";
+
+  void add_to(ArgParser& parser);
+  BackendOptions backend_options() const;
+};
+
+struct Engine {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Backend> backend;
+};
+
+// Loads the model (making the built-in one first if no model was given) and starts the backend.
+Engine open_engine(const EngineOptions& options);
+
+// Where the built-in small model lives: $QWICK_HOME, else $XDG_CACHE_HOME/qwick, else ~/.cache/qwick,
+// plus /builtin-small. Created by make-model on first use.
+std::string builtin_model_dir();
+
+}  // namespace qwick

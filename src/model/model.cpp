@@ -1,0 +1,31 @@
+#include "model/model.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace qwick {
+
+std::vector<int32_t> Model::stop_token_ids() const {
+  std::vector<int32_t> ids = generation.eos_token_ids;
+  for (int32_t id : config.eos_token_ids)
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  return ids;
+}
+
+std::unique_ptr<Model> load_model(const std::filesystem::path& dir) {
+  if (dir.extension() == ".gguf")
+    fail("{}: GGUF files are not supported; point --model at a Hugging Face model directory "
+         "(config.json + *.safetensors)",
+         dir.string());
+  if (!std::filesystem::is_directory(dir)) fail("{}: not a directory", dir.string());
+  auto model = std::make_unique<Model>();
+  model->dir = dir;
+  model->config = load_model_config(dir);
+  model->generation = load_generation_config(dir);
+  model->checkpoint = Checkpoint::open(dir);
+  model->weights = bind_weights(model->config, *model->checkpoint);
+  return model;
+}
+
+}  // namespace qwick

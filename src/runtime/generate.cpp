@@ -1,0 +1,56 @@
+#include "runtime/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace qwick {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+GenerationResult generate(Backend& backend, Sampler& sampler, int64_t vocab_size, const GenerationRequest& request,
+                          const std::function<bool(int32_t)>& on_token) {
+  if (request.prompt.empty()) fail("the prompt is empty");
+  GenerationResult result;
+  std::vector<float> logits(static_cast<size_t>(vocab_size));
+  for (int32_t t : request.prompt) sampler.accept(t);
+
+  auto t0 = std::chrono::steady_clock::now();
+  PrefillOptions options;
+  options.chunk = request.prefill_chunk;
+  backend.prefill(request.prompt, logits, options);
+  result.prompt_ms = ms_since(t0);
+  result.prompt_tokens = static_cast<int64_t>(request.prompt.size());
+
+  const int64_t limit = request.max_tokens < 0 ? INT64_MAX : request.max_tokens;
+  result.finish_reason = "length";
+  while (static_cast<int64_t>(result.tokens.size()) < limit) {
+    const int32_t token = sampler.sample(logits);
+    if (!request.ignore_eos &&
+        std::find(request.stop_ids.begin(), request.stop_ids.end(), token) != request.stop_ids.end()) {
+      result.finish_reason = "stop";
+      break;
+    }
+    result.tokens.push_back(token);
+    sampler.accept(token);
+    if (on_token && !on_token(token)) {
+      result.finish_reason = "cancelled";
+      break;
+    }
+    if (static_cast<int64_t>(result.tokens.size()) >= limit) break;
+    if (backend.position() >= backend.max_context()) break;  // context full: "length"
+    t0 = std::chrono::steady_clock::now();
+    backend.decode(token, logits);
+    result.decode_ms += ms_since(t0);
+    ++result.decode_steps;
+  }
+  return result;
+}
+
+}  // namespace qwick

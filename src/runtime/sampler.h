@@ -1,0 +1,45 @@
+// Token sampling: logit bias, repetition/presence/frequency penalties, then greedy (temperature 0)
+// or top-k -> top-p -> min-p -> temperature -> a draw from a seeded generator (llama.cpp's order).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace qwick {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // <= 0: greedy
+  int top_k = 0;             // 0: all tokens
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;  // multiplicative (CTRL style); 1 = off
+  float presence_penalty = 0.0f;    // OpenAI style, subtracted once per seen token
+  float frequency_penalty = 0.0f;   // subtracted per occurrence
+  int penalty_last_n = 64;          // window of recent tokens the penalties look at; -1 = all
+  uint64_t seed = 0;
+  std::vector<std::pair<int32_t, float>> logit_bias;
+};
+
+class Sampler {
+ public:
+  Sampler(SamplingParams params, int64_t vocab_size);
+
+  // Adds a token (prompt or generated) to the history the penalties see.
+  void accept(int32_t token);
+  // Picks the next token; `logits` [vocab] is modified in place.
+  int32_t sample(std::span<float> logits);
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  SamplingParams params_;
+  int64_t vocab_;
+  std::mt19937_64 rng_;
+  std::deque<int32_t> history_;
+  std::vector<std::pair<float, int32_t>> candidates_;
+};
+
+}  // namespace qwick
