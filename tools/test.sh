@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Sets up and runs every test: installs dependencies, then builds and runs the suite in three
+# configurations: Release, ASan+UBSan, and the libFuzzer targets (a short run each).
+#   tools/test.sh            everything
+#   QWICK_TEST_QUICK=1 ...   Release only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/deps.sh
+jobs=$(nproc)
+
+echo "== Release =="
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j "$jobs"
+ctest --test-dir build -j "$jobs" --output-on-failure
+
+if [[ "${QWICK_TEST_QUICK:-0}" == "1" ]]; then exit 0; fi
+
+echo "== ASan + UBSan =="
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQWICK_SANITIZE=ON
+cmake --build build-asan -j "$jobs"
+ctest --test-dir build-asan -j "$jobs" --output-on-failure
+
+echo "== libFuzzer =="
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQWICK_FUZZ=ON -DQWICK_TESTS=OFF
+cmake --build build-fuzz -j "$jobs" --target fuzz_safetensors fuzz_config
+ctest --test-dir build-fuzz --output-on-failure
