@@ -23,6 +23,9 @@ struct BackendOptions {
   int threads = 0;                        // CPU worker threads, 0 = one per core
   int64_t max_context = 0;                // 0 = the model's max_position_embeddings
   KvDtype kv_dtype = KvDtype::kBF16;      // attention KV cache element type
+  // CPU: f32 activations in every matrix product (the reference numerics). Off, single-row products
+  // against 4-bit weights quantize the activation to int8 per 64 values (decode's fast path).
+  bool cpu_exact = false;
 };
 
 // Called after the embedding (stage 0) and after each layer (stage L + 1) of every prefill chunk:

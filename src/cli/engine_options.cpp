@@ -17,6 +17,8 @@ void EngineOptions::add_to(ArgParser& p) {
            "LLAMA_ARG_CTX_SIZE");
   p.option({"--kv-type"}, "TYPE", "attention KV cache type: bf16 or f32", &kv_type, "QWICK_KV_TYPE");
   p.option({"--device"}, "DEV", "where to run: cpu", &device, "QWICK_DEVICE");
+  p.flag({"--exact"}, "f32 activations in every CPU matrix product (reference numerics, slower decode)", &exact,
+         "QWICK_EXACT");
 }
 
 BackendOptions EngineOptions::backend_options() const {
@@ -24,6 +26,7 @@ BackendOptions EngineOptions::backend_options() const {
   b.threads = threads;
   if (ctx_size < 0) fail("--ctx-size must not be negative, got {}", ctx_size);
   b.max_context = ctx_size;
+  b.cpu_exact = exact;
   if (kv_type == "bf16")
     b.kv_dtype = KvDtype::kBF16;
   else if (kv_type == "f32")

@@ -17,6 +17,7 @@ struct EngineOptions {
   int64_t ctx_size = 0;
   std::string kv_type = "bf16";
   std::string device = "cpu";
+  bool exact = false;
 
   void add_to(ArgParser& parser);
   BackendOptions backend_options() const;

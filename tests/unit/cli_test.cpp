@@ -49,7 +49,7 @@ TEST(Cli, EvalPrintsAParseableSummary) {
   const std::string ref = test::fixture("tiny/reference.safetensors").string();
   std::string out;
   ASSERT_EQ(test::run_qwick("eval -m " + test::fixture("tiny/hf").string() + " --tokens " + ref + " --reference " + ref +
-                                " --key logits --kv-type f32 --decode-from 60 --chunk 16",
+                                " --key logits --kv-type f32 --exact --decode-from 60 --chunk 16",
                             &out),
             0)
       << out;

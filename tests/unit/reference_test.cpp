@@ -21,6 +21,7 @@ struct RunSpec {
   int64_t chunk = 512;
   int64_t decode_from = -1;  // prefill this many, then decode the rest
   KvDtype kv = KvDtype::kF32;
+  bool exact = true;         // f32 activations in every matmul (the reference numerics)
   LayerObserver observer;
 };
 
@@ -28,6 +29,7 @@ std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& tok
   BackendOptions opt;
   opt.threads = 2;
   opt.kv_dtype = run.kv;
+  opt.cpu_exact = run.exact;
   auto backend = make_cpu_backend(model, opt);
   const int64_t T = static_cast<int64_t>(tokens.size()), V = model.config.vocab_size;
   std::vector<float> logits(static_cast<size_t>(T * V), NAN);
@@ -138,6 +140,22 @@ TEST(Reference, Mlx4FixturesAsShipped) {
     EXPECT_LT(rel_err(logits, fx.logits_mlx4.data), 5e-2) << preset;
     expect_top1_where_clear(logits, fx.logits_mlx4.data, model->config.vocab_size, 0.25f);
   }
+}
+
+// The default CPU decode quantizes activations to int8 for products with 4-bit weights
+// (matmul_q8.h). These random-weight fixtures amplify small perturbations (4-bit weights alone move
+// the logits by up to ~3), so the bound is loose: measured 5.8e-2 and 92 % top-1 on small, against
+// 1.1e-2 and 99.3 % exact.
+TEST(Reference, FastDecodeStaysCloseToTheReference) {
+  const Fixture fx("small");
+  const auto model = load_model(test::fixture("small/mlx4"));
+  RunSpec run;
+  run.exact = false;
+  run.kv = KvDtype::kBF16;
+  run.decode_from = 1;  // every position through the decode path
+  const auto logits = logits_of(*model, fx.tokens, run);
+  EXPECT_LT(rel_err(logits, fx.logits_mlx4.data), 0.1);
+  expect_top1_where_clear(logits, fx.logits_mlx4.data, model->config.vocab_size, 0.25f);
 }
 
 TEST(Reference, TinyHiddenStatesPerLayer) {

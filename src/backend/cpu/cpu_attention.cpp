@@ -21,7 +21,7 @@ void attention_forward(const CpuContext& ctx, const AttentionWeights& w, KvCache
   float* v = ctx.arena.floats(static_cast<size_t>(n * kv_rows));
   const MatmulProblem proj[] = {matmul_problem(w.q_proj, x, H, n, qg, q_rows), matmul_problem(w.k_proj, x, H, n, k, kv_rows),
                                 matmul_problem(w.v_proj, x, H, n, v, kv_rows)};
-  matmul_batch(proj, ctx.pool);
+  matmul_batch(proj, ctx.pool, ctx.precision);
 
   // q/k norm and RoPE per head, then the new keys and values into the cache.
   cache.reserve(pos0 + n, ctx.max_context);
@@ -59,7 +59,7 @@ void attention_forward(const CpuContext& ctx, const AttentionWeights& w, KvCache
       for (int64_t d = 0; d < hd; ++d) oh[d] *= sigmoid(q[hd + d]);
   });
 
-  matmul(matmul_problem(w.o_proj, o, nq * hd, n, out, H), ctx.pool);
+  matmul(matmul_problem(w.o_proj, o, nq * hd, n, out, H), ctx.pool, ctx.precision);
 }
 
 }  // namespace qwick

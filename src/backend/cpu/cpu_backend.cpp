@@ -23,6 +23,7 @@ class CpuBackend final : public Backend {
         pool_(options.threads),
         rope_(cfg_.rope_theta, cfg_.rotary_dim),
         max_context_(options.max_context > 0 ? options.max_context : cfg_.max_position_embeddings),
+        precision_(options.cpu_exact ? MatmulPrecision::kExact : MatmulPrecision::kFast),
         seq_(cfg_, options.kv_dtype) {}
 
   std::string name() const override { return "cpu"; }
@@ -65,7 +66,7 @@ class CpuBackend final : public Backend {
     const ModelWeights& w = model_.weights;
     const int64_t H = cfg_.hidden_size;
     const int64_t pos0 = seq_.position;
-    CpuContext ctx{cfg_, pool_, active_vector_ops(), rope_, arena_, max_context_};
+    CpuContext ctx{cfg_, pool_, active_vector_ops(), rope_, arena_, max_context_, precision_};
     for (AlignedBuffer<float>* b : {&hidden_, &normed_, &branch_}) b->reserve(static_cast<size_t>(n * H));
     float* hidden = hidden_.data();
     float* normed = normed_.data();
@@ -110,7 +111,7 @@ class CpuBackend final : public Backend {
     norm_rows(w.final_norm, first, rows);
     matmul(matmul_problem(w.lm_head, normed + first * H, static_cast<size_t>(H), static_cast<size_t>(rows), logits,
                           static_cast<size_t>(cfg_.vocab_size)),
-           pool_);
+           pool_, precision_);
   }
 
   const Model& model_;
@@ -118,6 +119,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   RopeTable rope_;
   int64_t max_context_;
+  MatmulPrecision precision_;
   CpuSequence seq_;
   ScratchArena arena_;                         // per-layer temporaries
   AlignedBuffer<float> hidden_, normed_, branch_;  // [chunk, hidden]: residual stream and its branches

@@ -22,7 +22,7 @@ void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetS
   const MatmulProblem proj[] = {
       matmul_problem(w.in_proj_qkv, x, H, n, qkv, C), matmul_problem(w.in_proj_z, x, H, n, z, Vt),
       matmul_problem(w.in_proj_b, x, H, n, b, Hv), matmul_problem(w.in_proj_a, x, H, n, a, Hv)};
-  matmul_batch(proj, ctx.pool);
+  matmul_batch(proj, ctx.pool, ctx.precision);
 
   // Causal conv + SiLU over channel blocks.
   float* conv = ctx.arena.floats(static_cast<size_t>(n * C));
@@ -61,7 +61,7 @@ void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetS
       gated_rms_norm(oh, z + static_cast<int64_t>(t) * Vt + h * Dv, w.norm.data(), c.rms_norm_eps, Dv, oh);
     }
   });
-  matmul(matmul_problem(w.out_proj, o, Vt, n, out, H), ctx.pool);
+  matmul(matmul_problem(w.out_proj, o, Vt, n, out, H), ctx.pool, ctx.precision);
 }
 
 }  // namespace qwick

@@ -8,7 +8,7 @@
 #include "backend/cpu/cpu_state.h"
 #include "core/scratch_arena.h"
 #include "core/thread_pool.h"
-#include "kernels/matmul/matmul.h"
+#include "kernels/matmul/matmul_parallel.h"
 #include "kernels/rope/rope.h"
 #include "kernels/vector/vector_ops.h"
 #include "model/config.h"
@@ -23,6 +23,7 @@ struct CpuContext {
   const RopeTable& rope;
   ScratchArena& arena;
   int64_t max_context;
+  MatmulPrecision precision;
 };
 
 inline MatmulProblem matmul_problem(const WeightMatrix& w, const float* x, size_t ldx, size_t n, float* y, size_t ldy) {

@@ -26,7 +26,7 @@ void moe_forward(const CpuContext& ctx, const MoeWeights& w, const float* x, int
   float* shared_logit = ctx.arena.floats(static_cast<size_t>(n));
   const MatmulProblem route[] = {matmul_problem(w.router, x, H, n, logits, E),
                                  matmul_problem(w.shared_gate, x, H, n, shared_logit, 1)};
-  matmul_batch(route, ctx.pool);
+  matmul_batch(route, ctx.pool, ctx.precision);
 
   int32_t* ids = ctx.arena.ints(static_cast<size_t>(n * k));
   float* weights = ctx.arena.floats(static_cast<size_t>(n * k));
@@ -68,7 +68,7 @@ void moe_forward(const CpuContext& ctx, const MoeWeights& w, const float* x, int
   }
   problems.push_back(matmul_problem(w.shared.gate, x, H, n, sgate, S));
   problems.push_back(matmul_problem(w.shared.up, x, H, n, sup, S));
-  matmul_batch(problems, ctx.pool);
+  matmul_batch(problems, ctx.pool, ctx.precision);
 
   ctx.pool.parallel_for(static_cast<size_t>(slots + n), [&](size_t i, int) {
     const bool shared = static_cast<int64_t>(i) >= slots;
@@ -87,7 +87,7 @@ void moe_forward(const CpuContext& ctx, const MoeWeights& w, const float* x, int
     problems.push_back(matmul_problem(w.experts[static_cast<size_t>(e)].down, gate + s0 * I, I, rows, down + s0 * H, H));
   }
   problems.push_back(matmul_problem(w.shared.down, sgate, S, n, out, H));
-  matmul_batch(problems, ctx.pool);
+  matmul_batch(problems, ctx.pool, ctx.precision);
 
   // Each row's slots, in expert order, then the shared expert: deterministic whatever the threading.
   std::vector<int64_t> row_slots(static_cast<size_t>(slots));

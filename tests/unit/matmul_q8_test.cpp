@@ -1,0 +1,114 @@
+// The int8-activation matvec (matmul_q8.h): the SIMD kernels against the plain reference (the same
+// integer sums, so they may differ only by f32 rounding), and the reference against the f32 matmul
+// within the bound the activation rounding allows: |Δy_r| <= Σ_i |w_ri| · d_b(i) / 2.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/cpu_features.h"
+#include "core/numeric.h"
+#include "kernels/matmul/matmul_parallel.h"
+
+namespace qwick {
+namespace {
+
+struct Affine4 {
+  std::vector<uint8_t> data, scales, biases;
+  WeightMatrix w;
+  Affine4(int64_t rows, int64_t cols, int group, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    data.resize(static_cast<size_t>(rows * cols / 2));
+    for (auto& b : data) b = static_cast<uint8_t>(rng());
+    scales.resize(static_cast<size_t>(rows * (cols / group) * 2));
+    biases.resize(scales.size());
+    for (size_t i = 0; i < scales.size(); i += 2) {
+      const uint16_t s = f32_to_bf16(normal(rng) * 0.05f), b = f32_to_bf16(normal(rng) * 0.3f);
+      std::memcpy(&scales[i], &s, 2);
+      std::memcpy(&biases[i], &b, 2);
+    }
+    w = WeightMatrix{WeightFormat::kAffine4, rows, cols, data.data(), static_cast<size_t>(cols / 2), scales.data(),
+                     biases.data(), static_cast<size_t>(cols / group) * 2, group};
+  }
+};
+
+TEST(MatmulQ8, KernelsMatchReferenceAndReferenceIsBounded) {
+  uint64_t seed = 1;
+  for (int group : {64, 128}) {
+    for (int64_t cols : {64, 128, 192, 320, 2048, 4096, 8192 + 128}) {
+      if (cols % group != 0) continue;
+      for (int64_t rows : {1, 2, 5, 33}) {
+        Affine4 m(rows, cols, group, seed++);
+        std::mt19937_64 rng(seed++);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> x(static_cast<size_t>(cols));
+        for (float& v : x) v = normal(rng) * (rng() % 7 == 0 ? 20.0f : 1.0f);  // some outliers
+        if (cols >= 128) std::fill(x.begin() + 64, x.begin() + 128, 0.0f);       // an all-zero block
+        AlignedBuffer<float> storage(q8_activation_floats(cols));
+        const Q8Activation act = quantize_activation_q8(x.data(), cols, storage.data());
+
+        std::vector<float> ref_all(static_cast<size_t>(rows), NAN);
+        matmul_q8_rows_reference(m.w, act, ref_all.data(), 0, rows);
+
+        // Against the f32 product, within the activation-rounding bound.
+        std::vector<float> exact(static_cast<size_t>(rows)), row(static_cast<size_t>(cols));
+        AlignedBuffer<float> scratch(matmul_scratch_floats(cols));
+        MatmulProblem p{&m.w, x.data(), static_cast<size_t>(cols), 1, exact.data(), static_cast<size_t>(rows)};
+        matmul_rows_reference(p, 0, rows, scratch.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          dequantize_row(m.w, r, row.data());
+          double bound = 0, mag = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            bound += std::fabs(row[static_cast<size_t>(c)]) * act.d[c / 64] / 2;
+            mag += std::fabs(row[static_cast<size_t>(c)] * x[static_cast<size_t>(c)]);
+          }
+          EXPECT_LE(std::fabs(ref_all[static_cast<size_t>(r)] - exact[static_cast<size_t>(r)]), bound + 1e-5 * mag)
+              << "rows " << rows << " cols " << cols << " group " << group << " row " << r;
+        }
+
+        for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+          if (static_cast<int>(level) > static_cast<int>(detected_simd_level())) continue;
+          std::vector<float> got(static_cast<size_t>(rows), NAN);
+          const int64_t r0 = rows > 2 ? 1 : 0, r1 = rows > 2 ? rows - 1 : rows;
+          matmul_q8_kernel(level)(m.w, act, got.data(), r0, r1);
+          for (int64_t r = 0; r < rows; ++r) {
+            if (r < r0 || r >= r1) {
+              EXPECT_TRUE(std::isnan(got[static_cast<size_t>(r)])) << "row outside the range was written";
+              continue;
+            }
+            double mag = 0;
+            dequantize_row(m.w, r, row.data());
+            for (int64_t c = 0; c < cols; ++c) mag += std::fabs(row[static_cast<size_t>(c)] * x[static_cast<size_t>(c)]);
+            EXPECT_NEAR(got[static_cast<size_t>(r)], ref_all[static_cast<size_t>(r)], 1e-5 * mag + 1e-6)
+                << simd_level_name(level) << " rows " << rows << " cols " << cols << " group " << group << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MatmulQ8, FastBatchUsesItOnlyWhereItApplies) {
+  // A single-row product against 4-bit weights goes through the int8 path (differs from exact in
+  // rounding); a two-row product and an 8-bit matrix stay exact.
+  ThreadPool pool(2);
+  Affine4 m(48, 256, 64, 5);
+  std::vector<float> x(2 * 256);
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : x) v = normal(rng);
+  std::vector<float> fast1(48), exact1(48), fast2(96), exact2(96);
+  matmul({&m.w, x.data(), 256, 1, fast1.data(), 48}, pool, MatmulPrecision::kFast);
+  matmul({&m.w, x.data(), 256, 1, exact1.data(), 48}, pool, MatmulPrecision::kExact);
+  matmul({&m.w, x.data(), 256, 2, fast2.data(), 48}, pool, MatmulPrecision::kFast);
+  matmul({&m.w, x.data(), 256, 2, exact2.data(), 48}, pool, MatmulPrecision::kExact);
+  EXPECT_NE(fast1, exact1);
+  EXPECT_EQ(fast2, exact2);
+  for (size_t i = 0; i < 48; ++i) EXPECT_NEAR(fast1[i], exact1[i], 0.05f * (1 + std::fabs(exact1[i])));
+}
+
+}  // namespace
+}  // namespace qwick
