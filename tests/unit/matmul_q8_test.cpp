@@ -91,23 +91,34 @@ TEST(MatmulQ8, KernelsMatchReferenceAndReferenceIsBounded) {
   }
 }
 
-TEST(MatmulQ8, FastBatchUsesItOnlyWhereItApplies) {
-  // A single-row product against 4-bit weights goes through the int8 path (differs from exact in
-  // rounding); a two-row product and an 8-bit matrix stay exact.
+TEST(MatmulQ8, FastPrecisionPicksTheKernelByShape) {
+  // kFast: a single row against 4-bit weights goes through int8 (matmul_q8.h), several rows through
+  // bf16 on AVX-512 (matmul_bf16.h); a single row against 8-bit weights stays f32. Each differs from
+  // kExact only within its rounding.
   ThreadPool pool(2);
-  Affine4 m(48, 256, 64, 5);
+  Affine4 m4(48, 256, 64, 5);
+  std::vector<uint8_t> data8(48 * 256), scales8(48 * 4 * 2, 0), biases8(48 * 4 * 2, 0);
+  for (size_t i = 0; i < data8.size(); ++i) data8[i] = static_cast<uint8_t>(i * 37);
+  for (size_t i = 1; i < scales8.size(); i += 2) scales8[i] = 0x3c;  // bf16 0.0078
+  const WeightMatrix m8{WeightFormat::kAffine8, 48, 256, data8.data(), 256, scales8.data(), biases8.data(), 8, 64};
   std::vector<float> x(2 * 256);
   std::mt19937_64 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& v : x) v = normal(rng);
-  std::vector<float> fast1(48), exact1(48), fast2(96), exact2(96);
-  matmul({&m.w, x.data(), 256, 1, fast1.data(), 48}, pool, MatmulPrecision::kFast);
-  matmul({&m.w, x.data(), 256, 1, exact1.data(), 48}, pool, MatmulPrecision::kExact);
-  matmul({&m.w, x.data(), 256, 2, fast2.data(), 48}, pool, MatmulPrecision::kFast);
-  matmul({&m.w, x.data(), 256, 2, exact2.data(), 48}, pool, MatmulPrecision::kExact);
+  auto run = [&](const WeightMatrix& w, size_t n, MatmulPrecision precision) {
+    std::vector<float> y(n * 48);
+    matmul({&w, x.data(), 256, n, y.data(), 48}, pool, precision);
+    return y;
+  };
+  const auto fast1 = run(m4.w, 1, MatmulPrecision::kFast), exact1 = run(m4.w, 1, MatmulPrecision::kExact);
   EXPECT_NE(fast1, exact1);
-  EXPECT_EQ(fast2, exact2);
-  for (size_t i = 0; i < 48; ++i) EXPECT_NEAR(fast1[i], exact1[i], 0.05f * (1 + std::fabs(exact1[i])));
+  for (size_t i = 0; i < fast1.size(); ++i) EXPECT_NEAR(fast1[i], exact1[i], 0.05f * (1 + std::fabs(exact1[i])));
+  const auto fast2 = run(m4.w, 2, MatmulPrecision::kFast), exact2 = run(m4.w, 2, MatmulPrecision::kExact);
+  if (detected_simd_level() == SimdLevel::kAvx512) {
+    EXPECT_NE(fast2, exact2);
+  }
+  for (size_t i = 0; i < fast2.size(); ++i) EXPECT_NEAR(fast2[i], exact2[i], 0.02f * (1 + std::fabs(exact2[i])));
+  EXPECT_EQ(run(m8, 1, MatmulPrecision::kFast), run(m8, 1, MatmulPrecision::kExact));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "core/cpu_features.h"
 #include "core/numeric.h"
 #include "core/thread_pool.h"
+#include "kernels/matmul/matmul_bf16.h"
 #include "kernels/matmul/matmul_parallel.h"
 
 namespace qwick {
@@ -140,6 +141,49 @@ void run_level(SimdLevel level) {
 }
 
 TEST(Matmul, Avx2MatchesReference) { run_level(SimdLevel::kAvx2); }
+
+// bf16 operands (matmul_bf16.h): the AVX-512 kernel against the bf16 reference, and that reference
+// against the f32 product within the rounding of both operands to bf16 (unit roundoff 2⁻⁸ each).
+TEST(Matmul, Bf16MatchesItsReferenceAndTheBound) {
+  if (detected_simd_level() != SimdLevel::kAvx512) GTEST_SKIP() << "this CPU lacks AVX-512 BF16";
+  uint64_t seed = 500;
+  for (const Shape& sh : shapes()) {
+    for (size_t n : {2, 3, 4, 5, 9}) {
+      RandomMatrix m(sh.format, sh.rows, sh.cols, sh.group, seed++);
+      const size_t ldx = static_cast<size_t>(sh.cols) + 1, ldy = static_cast<size_t>(sh.rows);
+      std::vector<float> x(n * ldx);
+      std::mt19937_64 rng(seed++);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& v : x) v = normal(rng);
+      const int64_t stride = bf16_row_stride(sh.cols);
+      std::vector<uint16_t> xr(n * static_cast<size_t>(stride)), xs(xr.size());
+      convert_rows_bf16_reference(x.data(), ldx, n, sh.cols, xr.data());
+      AlignedBuffer<float> prepared(xs.size() / 2 + 16);
+      convert_rows_bf16_avx512(x.data(), ldx, n, sh.cols, reinterpret_cast<uint16_t*>(prepared.data()));
+      std::memcpy(xs.data(), prepared.data(), xs.size() * 2);
+      ASSERT_EQ(xr, xs) << "activation conversion";
+      std::vector<float> exact(n * ldy, NAN), ref(n * ldy, NAN), got(n * ldy, NAN);
+      AlignedBuffer<float> scratch(matmul_scratch_floats(sh.cols));
+      MatmulProblem p{&m.w, x.data(), ldx, n, exact.data(), ldy};
+      matmul_rows_reference(p, 0, sh.rows, scratch.data());
+      p.y = ref.data();
+      matmul_rows_bf16_reference(p, xr.data(), 0, sh.rows, scratch.data());
+      p.y = got.data();
+      matmul_rows_bf16_avx512(p, reinterpret_cast<const uint16_t*>(prepared.data()), 0, sh.rows, scratch.data());
+      std::vector<float> row(static_cast<size_t>(sh.cols));
+      for (int64_t r = 0; r < sh.rows; ++r) {
+        dequantize_row(m.w, r, row.data());
+        for (size_t t = 0; t < n; ++t) {
+          double mag = 0;
+          for (int64_t c = 0; c < sh.cols; ++c) mag += std::fabs(row[static_cast<size_t>(c)] * x[t * ldx + static_cast<size_t>(c)]);
+          const size_t i = t * ldy + static_cast<size_t>(r);
+          ASSERT_NEAR(got[i], ref[i], 2e-6 * mag + 1e-6) << weight_format_name(sh.format) << " " << sh.rows << "x" << sh.cols;
+          ASSERT_NEAR(ref[i], exact[i], 2 * 0x1p-8 * mag * 1.01 + 1e-6) << weight_format_name(sh.format);
+        }
+      }
+    }
+  }
+}
 TEST(Matmul, Avx512MatchesReference) { run_level(SimdLevel::kAvx512); }
 
 TEST(Matmul, DequantizeAffineFollowsMlxPacking) {

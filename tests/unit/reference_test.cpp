@@ -158,6 +158,19 @@ TEST(Reference, FastDecodeStaysCloseToTheReference) {
   expect_top1_where_clear(logits, fx.logits_mlx4.data, model->config.vocab_size, 0.25f);
 }
 
+// Fast prefill runs bf16 operands where the CPU has AVX-512 BF16 (matmul_bf16.h).
+TEST(Reference, FastPrefillStaysCloseToTheReference) {
+  const Fixture fx("small");
+  const auto model = load_model(test::fixture("small/mlx4"));
+  RunSpec run;
+  run.exact = false;
+  run.kv = KvDtype::kBF16;
+  run.chunk = 64;
+  const auto logits = logits_of(*model, fx.tokens, run);
+  EXPECT_LT(rel_err(logits, fx.logits_mlx4.data), 0.1);
+  expect_top1_where_clear(logits, fx.logits_mlx4.data, model->config.vocab_size, 0.25f);
+}
+
 TEST(Reference, TinyHiddenStatesPerLayer) {
   const Fixture fx("tiny");
   const auto model = load_model(test::fixture("tiny/hf"));

@@ -31,9 +31,10 @@ struct MatmulProblem {
 // Rows decoded per tile; thread tasks are multiples of this.
 inline constexpr int64_t kMatmulTileRows = 16;
 
-// Floats of 64-byte aligned scratch a kernel needs for a matrix with `cols` inputs.
+// Floats of 64-byte aligned scratch a kernel needs for a matrix with `cols` inputs: a decoded tile
+// of f32 rows (or of bf16 rows plus one f32 row), each padded to 32 columns.
 inline size_t matmul_scratch_floats(int64_t cols) {
-  return static_cast<size_t>(kMatmulTileRows) * static_cast<size_t>((cols + 15) / 16 * 16);
+  return static_cast<size_t>(kMatmulTileRows + 1) * static_cast<size_t>((cols + 31) / 32 * 32);
 }
 
 // Single-threaded kernels over a row range.

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "kernels/matmul/matmul_bf16.h"
 
 namespace qwick {
 namespace {
@@ -14,31 +15,41 @@ float* thread_scratch(int64_t cols) {
   return scratch.data();
 }
 
+enum class Path { kF32, kQ8, kBF16 };
+
 struct RowBlock {
   const MatmulProblem* problem;
-  int q8;  // index into Q8Inputs when the int8-activation kernel runs this block, else -1
+  Path path;
+  int input;  // index into the prepared inputs of its path
   int64_t begin, end;
 };
 
-// Quantized activations of one matmul_batch call, one per distinct input row. Buffers are kept
-// from call to call, so a decode step allocates nothing once warm.
-struct Q8Inputs {
+// Activations converted for a kernel (int8 or bf16), one per distinct input of a matmul_batch call
+// (the experts of a layer share theirs). Buffers are kept from call to call, so a warm decode step
+// allocates nothing.
+template <typename View>
+struct PreparedInputs {
+  struct Entry {
+    const float* x;
+    size_t n;
+    int64_t cols;
+    View view;
+    AlignedBuffer<float> storage;
+  };
   size_t used = 0;
-  std::vector<const float*> sources;
-  std::vector<Q8Activation> views;
-  std::vector<AlignedBuffer<float>> storage;
+  std::vector<Entry> entries;
 
-  int get(const float* x, int64_t cols) {
+  template <typename Prepare>
+  int get(const MatmulProblem& p, size_t floats, Prepare prepare) {
     for (size_t i = 0; i < used; ++i)
-      if (sources[i] == x && views[i].cols == cols) return static_cast<int>(i);
-    if (used == storage.size()) {
-      storage.emplace_back();
-      sources.push_back(nullptr);
-      views.emplace_back();
-    }
-    storage[used].reserve(q8_activation_floats(cols));
-    sources[used] = x;
-    views[used] = quantize_activation_q8(x, cols, storage[used].data());
+      if (entries[i].x == p.x && entries[i].n == p.n && entries[i].cols == p.w->cols) return static_cast<int>(i);
+    if (used == entries.size()) entries.emplace_back();
+    Entry& e = entries[used];
+    e.storage.reserve(floats);
+    e.x = p.x;
+    e.n = p.n;
+    e.cols = p.w->cols;
+    e.view = prepare(e.storage.data());
     return static_cast<int>(used++);
   }
 };
@@ -79,24 +90,46 @@ void matmul_batch(std::span<const MatmulProblem> problems, ThreadPool& pool, Mat
                                                                 kMatmulTileRows);
   // Per calling thread, reused across calls; the tasks below reach them through these references
   // (a thread_local named inside the lambda would be the worker's own, empty instance).
-  thread_local Q8Inputs q8_storage;
+  thread_local PreparedInputs<Q8Activation> q8_storage;
+  thread_local PreparedInputs<const uint16_t*> bf16_storage;
   thread_local std::vector<RowBlock> block_storage;
-  Q8Inputs& q8_inputs = q8_storage;
+  PreparedInputs<Q8Activation>& q8_inputs = q8_storage;
+  PreparedInputs<const uint16_t*>& bf16_inputs = bf16_storage;
   std::vector<RowBlock>& blocks = block_storage;
-  q8_inputs.used = 0;
+  q8_inputs.used = bf16_inputs.used = 0;
   blocks.clear();
+  const bool fast = precision == MatmulPrecision::kFast;
   for (const auto& p : problems) {
     if (p.n == 0) continue;
-    const bool q8 = precision == MatmulPrecision::kFast && p.n == 1 && q8_supported(*p.w);
-    const int act = q8 ? q8_inputs.get(p.x, p.w->cols) : -1;
-    for (int64_t r = 0; r < p.w->rows; r += target) blocks.push_back({&p, act, r, std::min(p.w->rows, r + target)});
+    Path path = Path::kF32;
+    int input = -1;
+    if (fast && p.n == 1 && q8_supported(*p.w)) {
+      path = Path::kQ8;
+      input = q8_inputs.get(p, q8_activation_floats(p.w->cols),
+                            [&](float* storage) { return quantize_activation_q8(p.x, p.w->cols, storage); });
+    } else if (fast && p.n > 1 && level == SimdLevel::kAvx512) {
+      path = Path::kBF16;
+      const int64_t stride = bf16_row_stride(p.w->cols);
+      input = bf16_inputs.get(p, static_cast<size_t>(stride) * p.n / 2 + 16, [&](float* storage) {
+        auto* out = reinterpret_cast<uint16_t*>(storage);
+        convert_rows_bf16_avx512(p.x, p.ldx, p.n, p.w->cols, out);
+        return static_cast<const uint16_t*>(out);
+      });
+    }
+    for (int64_t r = 0; r < p.w->rows; r += target)
+      blocks.push_back({&p, path, input, r, std::min(p.w->rows, r + target)});
   }
   pool.parallel_for(blocks.size(), [&](size_t i, int) {
     const RowBlock& b = blocks[i];
-    if (b.q8 >= 0)
-      q8_kernel(*b.problem->w, q8_inputs.views[static_cast<size_t>(b.q8)], b.problem->y, b.begin, b.end);
-    else
-      kernel(*b.problem, b.begin, b.end, thread_scratch(b.problem->w->cols));
+    const size_t in = static_cast<size_t>(b.input);
+    switch (b.path) {
+      case Path::kQ8: q8_kernel(*b.problem->w, q8_inputs.entries[in].view, b.problem->y, b.begin, b.end); break;
+      case Path::kBF16:
+        matmul_rows_bf16_avx512(*b.problem, bf16_inputs.entries[in].view, b.begin, b.end,
+                                thread_scratch(b.problem->w->cols));
+        break;
+      case Path::kF32: kernel(*b.problem, b.begin, b.end, thread_scratch(b.problem->w->cols)); break;
+    }
   });
 }
 

@@ -10,8 +10,9 @@
 
 namespace qwick {
 
-// kExact keeps activations in f32 (the reference numerics); kFast lets single-row products against
-// 4-bit weights quantize the activation to int8 per 64 values (matmul_q8.h), as llama.cpp does.
+// kExact keeps activations in f32 (the reference numerics). kFast lets single-row products against
+// 4-bit weights quantize the activation to int8 per 64 values (matmul_q8.h), as llama.cpp does, and
+// multi-row products run on bf16 operands where the CPU has AVX-512 BF16 (matmul_bf16.h).
 enum class MatmulPrecision { kExact, kFast };
 
 MatmulRowsFn matmul_kernel(SimdLevel level);
