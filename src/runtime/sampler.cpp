@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_map>
 
 #include "core/error.h"
 
@@ -26,9 +25,19 @@ int32_t Sampler::sample(std::span<float> logits) {
   const bool penalise = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                         params_.frequency_penalty != 0.0f;
   if (penalise && !history_.empty()) {
-    std::unordered_map<int32_t, int> counts;
-    for (int32_t t : history_) ++counts[t];
-    for (const auto& [id, count] : counts) {
+    // (token, occurrences) of the window, via a sorted copy.
+    counts_.clear();
+    for (int32_t t : history_) counts_.emplace_back(t, 1);
+    std::sort(counts_.begin(), counts_.end());
+    size_t unique = 0;
+    for (size_t i = 0; i < counts_.size(); ++i) {
+      if (unique > 0 && counts_[unique - 1].first == counts_[i].first)
+        ++counts_[unique - 1].second;
+      else
+        counts_[unique++] = counts_[i];
+    }
+    counts_.resize(unique);
+    for (const auto& [id, count] : counts_) {
       float& l = logits[static_cast<size_t>(id)];
       if (params_.repetition_penalty != 1.0f) l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
       l -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(count);
@@ -60,7 +69,8 @@ int32_t Sampler::sample(std::span<float> logits) {
 
   // Probabilities at temperature 1 decide the top-p and min-p cuts.
   const float top = candidates_.front().first;
-  std::vector<double> p(keep);
+  std::vector<double>& p = probs_;
+  p.resize(keep);
   double sum = 0;
   for (size_t i = 0; i < keep; ++i) sum += p[i] = std::exp(static_cast<double>(candidates_[i].first - top));
   if (params_.top_p < 1.0f) {

@@ -39,7 +39,10 @@ class Sampler {
   int64_t vocab_;
   std::mt19937_64 rng_;
   std::deque<int32_t> history_;
+  // Scratch kept between calls so sampling a token allocates nothing once warm.
   std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<double> probs_;
+  std::vector<std::pair<int32_t, int>> counts_;
 };
 
 }  // namespace qwick

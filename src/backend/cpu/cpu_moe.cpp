@@ -34,19 +34,19 @@ void moe_forward(const CpuContext& ctx, const MoeWeights& w, const float* x, int
     route_token(logits + t * E, static_cast<int>(E), static_cast<int>(k), ids + t * k, weights + t * k);
 
   // Counting sort of the n*k assignments by expert: group e owns slots [offset[e], offset[e+1]).
-  std::vector<int64_t> offset(static_cast<size_t>(E + 1), 0);
-  for (int64_t i = 0; i < n * k; ++i) ++offset[static_cast<size_t>(ids[i]) + 1];
-  for (int64_t e = 0; e < E; ++e) offset[static_cast<size_t>(e + 1)] += offset[static_cast<size_t>(e)];
   const int64_t slots = n * k;
+  int32_t* offset = ctx.arena.ints(static_cast<size_t>(E + 1));
+  int32_t* fill = ctx.arena.ints(static_cast<size_t>(E + 1));
+  std::fill_n(offset, E + 1, 0);
+  for (int64_t i = 0; i < slots; ++i) ++offset[ids[i] + 1];
+  for (int64_t e = 0; e < E; ++e) offset[e + 1] += offset[e];
   int32_t* slot_row = ctx.arena.ints(static_cast<size_t>(slots));    // which input row fills each slot
   float* slot_weight = ctx.arena.floats(static_cast<size_t>(slots));  // its routing weight
-  {
-    std::vector<int64_t> fill(offset.begin(), offset.end() - 1);
-    for (int64_t i = 0; i < slots; ++i) {
-      const int64_t s = fill[static_cast<size_t>(ids[i])]++;
-      slot_row[s] = static_cast<int32_t>(i / k);
-      slot_weight[s] = weights[i];
-    }
+  std::copy_n(offset, E, fill);
+  for (int64_t i = 0; i < slots; ++i) {
+    const int32_t s = fill[ids[i]]++;
+    slot_row[s] = static_cast<int32_t>(i / k);
+    slot_weight[s] = weights[i];
   }
   float* gathered = ctx.arena.floats(static_cast<size_t>(slots * H));
   ctx.pool.parallel_for(static_cast<size_t>(slots), [&](size_t s, int) {
@@ -58,9 +58,11 @@ void moe_forward(const CpuContext& ctx, const MoeWeights& w, const float* x, int
   float* up = ctx.arena.floats(static_cast<size_t>(slots * I));
   float* sgate = ctx.arena.floats(static_cast<size_t>(n * S));
   float* sup = ctx.arena.floats(static_cast<size_t>(n * S));
-  std::vector<MatmulProblem> problems;
+  thread_local std::vector<MatmulProblem> problem_storage;  // reused: no allocation once warm
+  std::vector<MatmulProblem>& problems = problem_storage;
+  problems.clear();
   for (int64_t e = 0; e < E; ++e) {
-    const int64_t s0 = offset[static_cast<size_t>(e)], rows = offset[static_cast<size_t>(e + 1)] - s0;
+    const int64_t s0 = offset[e], rows = offset[e + 1] - s0;
     if (rows == 0) continue;
     const ExpertWeights& ex = w.experts[static_cast<size_t>(e)];
     problems.push_back(matmul_problem(ex.gate, gathered + s0 * H, H, rows, gate + s0 * I, I));
@@ -82,7 +84,7 @@ void moe_forward(const CpuContext& ctx, const MoeWeights& w, const float* x, int
   float* down = ctx.arena.floats(static_cast<size_t>(slots * H));
   problems.clear();
   for (int64_t e = 0; e < E; ++e) {
-    const int64_t s0 = offset[static_cast<size_t>(e)], rows = offset[static_cast<size_t>(e + 1)] - s0;
+    const int64_t s0 = offset[e], rows = offset[e + 1] - s0;
     if (rows == 0) continue;
     problems.push_back(matmul_problem(w.experts[static_cast<size_t>(e)].down, gate + s0 * I, I, rows, down + s0 * H, H));
   }
@@ -90,20 +92,20 @@ void moe_forward(const CpuContext& ctx, const MoeWeights& w, const float* x, int
   matmul_batch(problems, ctx.pool, ctx.precision);
 
   // Each row's slots, in expert order, then the shared expert: deterministic whatever the threading.
-  std::vector<int64_t> row_slots(static_cast<size_t>(slots));
-  std::vector<int64_t> row_start(static_cast<size_t>(n + 1), 0);
-  for (int64_t s = 0; s < slots; ++s) ++row_start[static_cast<size_t>(slot_row[s]) + 1];
-  for (int64_t t = 0; t < n; ++t) row_start[static_cast<size_t>(t + 1)] += row_start[static_cast<size_t>(t)];
-  {
-    std::vector<int64_t> fill(row_start.begin(), row_start.end() - 1);
-    for (int64_t s = 0; s < slots; ++s) row_slots[static_cast<size_t>(fill[static_cast<size_t>(slot_row[s])]++)] = s;
-  }
+  int32_t* row_slots = ctx.arena.ints(static_cast<size_t>(slots));
+  int32_t* row_start = ctx.arena.ints(static_cast<size_t>(n + 1));
+  int32_t* row_fill = ctx.arena.ints(static_cast<size_t>(n + 1));
+  std::fill_n(row_start, n + 1, 0);
+  for (int64_t s = 0; s < slots; ++s) ++row_start[slot_row[s] + 1];
+  for (int64_t t = 0; t < n; ++t) row_start[t + 1] += row_start[t];
+  std::copy_n(row_start, n, row_fill);
+  for (int64_t s = 0; s < slots; ++s) row_slots[row_fill[slot_row[s]]++] = static_cast<int32_t>(s);
   ctx.pool.parallel_for(static_cast<size_t>(n), [&](size_t t, int) {
     float* o = out + static_cast<int64_t>(t) * H;
     const float sg = sigmoid(shared_logit[t]);
     for (int64_t j = 0; j < H; ++j) o[j] *= sg;
     for (int64_t r = row_start[t]; r < row_start[t + 1]; ++r) {
-      const int64_t s = row_slots[static_cast<size_t>(r)];
+      const int64_t s = row_slots[r];
       ctx.ops.axpy(o, slot_weight[s], down + s * H, H);
     }
   });
