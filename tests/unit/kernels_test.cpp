@@ -9,6 +9,7 @@
 
 #include "core/cpu_features.h"
 #include "core/numeric.h"
+#include "kernels/attention/attention.h"
 #include "kernels/deltanet/deltanet.h"
 #include "kernels/moe/router.h"
 #include "kernels/rope/rope.h"
@@ -52,6 +53,32 @@ TEST(VectorOps, EveryLevelMatchesReference) {
       const float o2 = ops.deltanet_row(s2.data(), b.data(), q.data(), 0.9f, 0.6f, 0.25f, n);
       EXPECT_NEAR(o1, o2, 10 * tol) << n;
       for (size_t i = 0; i < s1.size(); ++i) EXPECT_NEAR(s1[i], s2[i], 10 * tol);
+    }
+  }
+}
+
+TEST(Attention, GroupEqualsOneHeadAtATime) {
+  const int hd = 40, heads = 3;
+  const int64_t n_ctx = 37;
+  const auto k = test::random_floats(static_cast<size_t>(n_ctx * hd), 31);
+  const auto v = test::random_floats(static_cast<size_t>(n_ctx * hd), 32);
+  std::vector<uint16_t> kb(k.size()), vb(v.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    kb[i] = f32_to_bf16(k[i]);
+    vb[i] = f32_to_bf16(v[i]);
+  }
+  const int64_t q_stride = 2 * hd;  // [q | gate] per head, as the attention layer lays them out
+  const auto q = test::random_floats(static_cast<size_t>(heads * q_stride), 33);
+  for (KvHeadView kv : {KvHeadView{KvDtype::kF32, k.data(), v.data()}, KvHeadView{KvDtype::kBF16, kb.data(), vb.data()}}) {
+    for (SimdLevel level : simd_levels()) {
+      const VectorOps& ops = vector_ops(level);
+      std::vector<float> scores(static_cast<size_t>(heads * n_ctx)), row(hd), out(static_cast<size_t>(heads * hd), NAN);
+      attend_group(q.data(), q_stride, heads, kv, n_ctx, hd, 0.125f, scores.data(), row.data(), out.data(), hd, ops);
+      for (int g = 0; g < heads; ++g) {
+        std::vector<float> s(static_cast<size_t>(n_ctx)), one(hd);
+        attend(q.data() + g * q_stride, kv, n_ctx, hd, 0.125f, s.data(), one.data(), kVectorOpsReference);
+        for (int d = 0; d < hd; ++d) EXPECT_NEAR(out[static_cast<size_t>(g * hd + d)], one[static_cast<size_t>(d)], 1e-5f);
+      }
     }
   }
 }

@@ -45,18 +45,23 @@ void attention_forward(const CpuContext& ctx, const AttentionWeights& w, KvCache
     cache.write(pos0 + static_cast<int64_t>(t), kt, v + static_cast<int64_t>(t) * kv_rows);
   });
 
-  // Causal GQA attention per (row, head); query head h reads kv head h / (nq / nkv).
+  // Causal GQA attention per (row, kv head): the nq / nkv query heads of kv head j read each cached
+  // key and value row once between them.
+  const int64_t group = nq / nkv, ctx_len = pos0 + n;
   float* o = ctx.arena.floats(static_cast<size_t>(n * nq * hd));
-  float* scores = ctx.arena.floats(static_cast<size_t>(ctx.pool.size()) * static_cast<size_t>(pos0 + n));
+  const size_t per_thread = static_cast<size_t>(group * ctx_len + hd);
+  float* scratch = ctx.arena.floats(static_cast<size_t>(ctx.pool.size()) * per_thread);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  ctx.pool.parallel_for(static_cast<size_t>(n * nq), [&](size_t task, int thread) {
-    const int64_t t = static_cast<int64_t>(task) / nq, h = static_cast<int64_t>(task) % nq;
-    const float* q = qg + t * q_rows + h * q_stride;
-    float* oh = o + (t * nq + h) * hd;
-    attend(q, cache.head(static_cast<int>(h / (nq / nkv))), pos0 + t + 1, static_cast<int>(hd), scale,
-           scores + static_cast<size_t>(thread) * static_cast<size_t>(pos0 + n), oh, ctx.ops);
+  ctx.pool.parallel_for(static_cast<size_t>(n * nkv), [&](size_t task, int thread) {
+    const int64_t t = static_cast<int64_t>(task) / nkv, kvh = static_cast<int64_t>(task) % nkv;
+    const float* q = qg + t * q_rows + kvh * group * q_stride;
+    float* oh = o + (t * nq + kvh * group) * hd;
+    float* scores = scratch + static_cast<size_t>(thread) * per_thread;
+    attend_group(q, q_stride, static_cast<int>(group), cache.head(static_cast<int>(kvh)), pos0 + t + 1,
+                 static_cast<int>(hd), scale, scores, scores + group * ctx_len, oh, hd, ctx.ops);
     if (c.attn_output_gate)
-      for (int64_t d = 0; d < hd; ++d) oh[d] *= sigmoid(q[hd + d]);
+      for (int64_t g = 0; g < group; ++g)
+        for (int64_t d = 0; d < hd; ++d) oh[g * hd + d] *= sigmoid(q[g * q_stride + hd + d]);
   });
 
   matmul(matmul_problem(w.o_proj, o, nq * hd, n, out, H), ctx.pool, ctx.precision);

@@ -1,6 +1,7 @@
 #include "kernels/attention/attention.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace qwick {
 
@@ -28,6 +29,47 @@ void attend(const float* q, const KvHeadView& kv, int64_t n_ctx, int head_dim, f
       ops.axpy_bf16(out, scores[j] * inv, static_cast<const uint16_t*>(kv.v) + off, head_dim);
     else
       ops.axpy(out, scores[j] * inv, static_cast<const float*>(kv.v) + off, head_dim);
+  }
+}
+
+}  // namespace qwick
+
+namespace qwick {
+namespace {
+
+// Cache row j of a kv head as f32.
+const float* load_row(const void* base, KvDtype dtype, int64_t j, int head_dim, float* row) {
+  const size_t off = static_cast<size_t>(j) * static_cast<size_t>(head_dim);
+  if (dtype == KvDtype::kF32) return static_cast<const float*>(base) + off;
+  const uint16_t* src = static_cast<const uint16_t*>(base) + off;
+  for (int d = 0; d < head_dim; ++d) {
+    const uint32_t bits = static_cast<uint32_t>(src[d]) << 16;
+    std::memcpy(&row[d], &bits, 4);
+  }
+  return row;
+}
+
+}  // namespace
+
+void attend_group(const float* q, int64_t q_stride, int n_heads, const KvHeadView& kv, int64_t n_ctx, int head_dim,
+                  float scale, float* scores, float* row, float* out, int64_t out_stride, const VectorOps& ops) {
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    const float* k = load_row(kv.k, kv.dtype, j, head_dim, row);
+    for (int g = 0; g < n_heads; ++g) scores[g * n_ctx + j] = ops.dot(q + g * q_stride, k, head_dim) * scale;
+  }
+  for (int g = 0; g < n_heads; ++g) {
+    float* s = scores + g * n_ctx;
+    float max_score = -INFINITY;
+    for (int64_t j = 0; j < n_ctx; ++j) max_score = std::fmax(max_score, s[j]);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n_ctx; ++j) sum += s[j] = std::exp(s[j] - max_score);
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < n_ctx; ++j) s[j] *= inv;
+    for (int d = 0; d < head_dim; ++d) out[g * out_stride + d] = 0.0f;
+  }
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    const float* v = load_row(kv.v, kv.dtype, j, head_dim, row);
+    for (int g = 0; g < n_heads; ++g) ops.axpy(out + g * out_stride, scores[g * n_ctx + j], v, head_dim);
   }
 }
 

@@ -1,7 +1,8 @@
-// Softmax attention of one query head over a KV cache head (model-spec.md §2.3), f32 softmax.
+// Softmax attention of query heads over a KV cache head (model-spec.md §2.3), f32 softmax.
 //
-// CPU reference for the CUDA attention kernels; the CPU backend runs it in parallel over
-// (query row, head) pairs. Causality is the caller's: it passes n_ctx = position + 1.
+// CPU reference for the CUDA attention kernels; the CPU backend runs attend_group in parallel over
+// (query row, kv head) pairs. Causality is the caller's: it passes n_ctx = position + 1.
+// tests/unit/kernels_test.cpp checks attend_group against attend per head.
 #pragma once
 
 #include <cstdint>
@@ -20,8 +21,15 @@ struct KvHeadView {
 };
 
 // out[0, head_dim) = Σ_j softmax_j(scale · q·k_j) · v_j over j < n_ctx.
-// `scores` is scratch for n_ctx floats.
+// `scores` is scratch for n_ctx floats. The plain reference that attend_group is tested against.
 void attend(const float* q, const KvHeadView& kv, int64_t n_ctx, int head_dim, float scale, float* scores, float* out,
             const VectorOps& ops);
+
+// The same for the `n_heads` query heads that share one kv head (GQA): each key and value row is
+// converted from the cache once and used by every head, instead of once per head. Query head g is
+// at q + g * q_stride, its output at out + g * out_stride. Scratch: `scores` n_heads * n_ctx floats,
+// `row` head_dim floats.
+void attend_group(const float* q, int64_t q_stride, int n_heads, const KvHeadView& kv, int64_t n_ctx, int head_dim,
+                  float scale, float* scores, float* row, float* out, int64_t out_stride, const VectorOps& ops);
 
 }  // namespace qwick
