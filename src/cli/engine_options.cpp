@@ -65,6 +65,7 @@ Engine open_engine(const EngineOptions& options) {
   }
   Engine e;
   e.model = load_model(dir);
+  e.model->checkpoint->load_pages();  // the CPU backend reads the weights in place
   e.backend = make_cpu_backend(*e.model, options.backend_options());
   return e;
 }

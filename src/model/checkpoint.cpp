@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/progress.h"
 
 namespace qwick {
 namespace fs = std::filesystem;
@@ -102,8 +103,20 @@ size_t Checkpoint::total_bytes() const {
   return n;
 }
 
-void Checkpoint::prefetch() const {
-  for (const auto& s : shards_) s->prefetch();
+void Checkpoint::load_pages() const {
+  size_t total = 0;
+  for (const auto& s : shards_) total += s->size();
+  Progress progress("loading weights", total);
+  constexpr size_t kStep = size_t{64} << 20;
+  for (const auto& s : shards_) {
+    s->prefetch();  // let the kernel read ahead while we touch the pages in order
+    volatile uint8_t sink = 0;
+    for (size_t off = 0; off < s->size(); off += kStep) {
+      const size_t end = std::min(s->size(), off + kStep);
+      for (size_t p = off; p < end; p += 4096) sink = sink + s->data()[p];
+      progress.advance(end - off);
+    }
+  }
 }
 
 }  // namespace qwick

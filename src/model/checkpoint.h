@@ -33,7 +33,9 @@ class Checkpoint {
   size_t tensor_count() const { return by_name_.size(); }
   size_t total_bytes() const;
   const std::vector<std::unique_ptr<SafetensorsFile>>& shards() const { return shards_; }
-  void prefetch() const;
+  // Reads every shard into the page cache now (instead of on first use), with a progress line when
+  // stderr is a terminal.
+  void load_pages() const;
 
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;

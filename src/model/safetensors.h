@@ -50,7 +50,8 @@ class SafetensorsFile {
   const TensorInfo* find(std::string_view name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   size_t size() const { return bytes_.size(); }
-  void prefetch() const;
+  const uint8_t* data() const { return bytes_.data(); }
+  void prefetch() const;  // MADV_WILLNEED on the mapping (no-op for in-memory images)
 
  private:
   SafetensorsFile() = default;
