@@ -38,6 +38,16 @@ struct PrefillOptions {
   LayerObserver observer;    // optional, for layer-by-layer comparisons
 };
 
+// A copy of a sequence's state at one position (attention KV rows [0, position), DeltaNet conv
+// windows and recurrent states), to resume from later: the hybrid model cannot be cut back to an
+// earlier position, so prompt reuse across requests restores a snapshot instead.
+class SequenceSnapshot {
+ public:
+  virtual ~SequenceSnapshot() = default;
+  virtual int64_t position() const = 0;
+  virtual size_t bytes() const = 0;  // memory held
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -54,6 +64,11 @@ class Backend {
   virtual void prefill(std::span<const int32_t> tokens, std::span<float> logits, const PrefillOptions& options) = 0;
   // Appends one token and writes its logits [vocab].
   virtual void decode(int32_t token, std::span<float> logits) = 0;
+
+  // The current sequence state; restoring it later continues exactly as if nothing had run in
+  // between. restore() throws Error for a snapshot of another backend or model.
+  virtual std::unique_ptr<SequenceSnapshot> snapshot() const = 0;
+  virtual void restore(const SequenceSnapshot& snapshot) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const Model& model, const BackendOptions& options);

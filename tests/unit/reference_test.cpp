@@ -230,6 +230,32 @@ TEST(Backend, EverySimdLevelPassesTheFixture) {
   set_active_simd_level(saved);
 }
 
+TEST(Backend, SnapshotRestoreContinuesExactly) {
+  const Fixture fx("small");
+  const auto model = load_model(test::fixture("small/mlx4"));
+  BackendOptions opt;
+  opt.threads = 2;
+  auto backend = make_cpu_backend(*model, opt);
+  const int64_t V = model->config.vocab_size;
+  const std::vector<int32_t> head(fx.tokens.begin(), fx.tokens.begin() + 40);
+  const std::vector<int32_t> tail(fx.tokens.begin() + 40, fx.tokens.begin() + 60);
+  std::vector<float> expected(static_cast<size_t>(V)), got(static_cast<size_t>(V)), scratch(static_cast<size_t>(V));
+  backend->prefill(head, scratch, {});
+  const auto snap = backend->snapshot();
+  EXPECT_EQ(snap->position(), 40);
+  EXPECT_GT(snap->bytes(), 0u);
+  backend->prefill(tail, expected, {});
+  // Something else entirely, then back to the snapshot.
+  backend->reset();
+  backend->prefill(std::vector<int32_t>(70, 7), scratch, {});
+  backend->restore(*snap);
+  EXPECT_EQ(backend->position(), 40);
+  backend->prefill(tail, got, {});
+  EXPECT_EQ(got, expected);
+  auto other = make_cpu_backend(*model, opt);
+  EXPECT_THROW(other->restore(*snap), Error);
+}
+
 TEST(Backend, ResetAndBadInputLeaveAConsistentState) {
   const auto model = load_model(test::fixture("tiny/mlx4"));
   BackendOptions opt;

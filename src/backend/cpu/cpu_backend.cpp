@@ -15,6 +15,18 @@
 namespace qwick {
 namespace {
 
+class CpuSnapshot final : public SequenceSnapshot {
+ public:
+  int64_t position() const override { return position_; }
+  size_t bytes() const override { return bytes_; }
+
+  const void* owner = nullptr;  // the backend it came from
+  int64_t position_ = 0;
+  size_t bytes_ = 0;
+  std::vector<std::vector<uint8_t>> kv;  // per attention layer: rows [0, position)
+  std::vector<DeltaNetState> deltanet;
+};
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const Model& model, const BackendOptions& options)
@@ -50,6 +62,34 @@ class CpuBackend final : public Backend {
     check_tokens(std::span<const int32_t>(&token, 1));
     if (logits.size() < static_cast<size_t>(cfg_.vocab_size)) fail("decode: logits buffer too small");
     forward(&token, 1, logits.data(), false, nullptr);
+  }
+
+  std::unique_ptr<SequenceSnapshot> snapshot() const override {
+    auto s = std::make_unique<CpuSnapshot>();
+    s->owner = this;
+    s->position_ = seq_.position;
+    for (const KvCache& kv : seq_.kv) {
+      s->kv.push_back(kv.save(seq_.position));
+      s->bytes_ += s->kv.back().size();
+    }
+    for (const DeltaNetState& d : seq_.deltanet) {
+      DeltaNetState copy;
+      copy.conv.resize(d.conv.size());
+      copy.recurrent.resize(d.recurrent.size());
+      std::copy_n(d.conv.data(), d.conv.size(), copy.conv.data());
+      std::copy_n(d.recurrent.data(), d.recurrent.size(), copy.recurrent.data());
+      s->bytes_ += (d.conv.size() + d.recurrent.size()) * sizeof(float);
+      s->deltanet.push_back(std::move(copy));
+    }
+    return s;
+  }
+
+  void restore(const SequenceSnapshot& snapshot) override {
+    const auto* s = dynamic_cast<const CpuSnapshot*>(&snapshot);
+    if (s == nullptr || s->owner != this) fail("restore: the snapshot was taken from another backend");
+    for (size_t i = 0; i < seq_.kv.size(); ++i) seq_.kv[i].load(s->kv[i], s->position_, max_context_);
+    seq_.copy_deltanet_from(s->deltanet);
+    seq_.position = s->position_;
   }
 
  private:

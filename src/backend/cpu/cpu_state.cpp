@@ -46,6 +46,25 @@ void KvCache::write(int64_t pos, const float* k, const float* v) {
   }
 }
 
+std::vector<uint8_t> KvCache::save(int64_t n) const {
+  const size_t row = static_cast<size_t>(head_dim_) * elem_bytes(), rows = static_cast<size_t>(n) * row;
+  std::vector<uint8_t> out(2 * static_cast<size_t>(n_kv_heads_) * rows);
+  uint8_t* dst = out.data();
+  for (const AlignedBuffer<uint8_t>* buf : {&k_, &v_})
+    for (int h = 0; h < n_kv_heads_; ++h, dst += rows)
+      if (rows) std::memcpy(dst, buf->data() + static_cast<size_t>(h) * static_cast<size_t>(capacity_) * row, rows);
+  return out;
+}
+
+void KvCache::load(const std::vector<uint8_t>& saved, int64_t n, int64_t limit) {
+  reserve(n, limit);
+  const size_t row = static_cast<size_t>(head_dim_) * elem_bytes(), rows = static_cast<size_t>(n) * row;
+  const uint8_t* src = saved.data();
+  for (AlignedBuffer<uint8_t>* buf : {&k_, &v_})
+    for (int h = 0; h < n_kv_heads_; ++h, src += rows)
+      if (rows) std::memcpy(buf->data() + static_cast<size_t>(h) * static_cast<size_t>(capacity_) * row, src, rows);
+}
+
 KvHeadView KvCache::head(int kv_head) const {
   const size_t off = static_cast<size_t>(kv_head) * static_cast<size_t>(capacity_) * static_cast<size_t>(head_dim_) *
                      elem_bytes();
@@ -64,6 +83,13 @@ CpuSequence::CpuSequence(const ModelConfig& cfg, KvDtype kv_dtype) {
       s.recurrent.resize(static_cast<size_t>(cfg.lin_n_v_heads) * cfg.lin_v_dim * cfg.lin_k_dim);
       deltanet.push_back(std::move(s));
     }
+  }
+}
+
+void CpuSequence::copy_deltanet_from(const std::vector<DeltaNetState>& other) {
+  for (size_t i = 0; i < deltanet.size(); ++i) {
+    std::memcpy(deltanet[i].conv.data(), other[i].conv.data(), deltanet[i].conv.size() * sizeof(float));
+    std::memcpy(deltanet[i].recurrent.data(), other[i].recurrent.data(), deltanet[i].recurrent.size() * sizeof(float));
   }
 }
 

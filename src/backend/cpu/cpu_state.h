@@ -24,7 +24,10 @@ class KvCache {
   void write(int64_t pos, const float* k, const float* v);
   KvHeadView head(int kv_head) const;
   int64_t capacity() const { return capacity_; }
-  size_t bytes() const { return k_.size() * 2; }
+
+  // Rows [0, n) of every head, keys then values, and back.
+  std::vector<uint8_t> save(int64_t n) const;
+  void load(const std::vector<uint8_t>& rows, int64_t n, int64_t limit);
 
  private:
   size_t elem_bytes() const { return dtype_ == KvDtype::kBF16 ? 2 : 4; }
@@ -42,6 +45,7 @@ struct DeltaNetState {
 struct CpuSequence {
   CpuSequence(const ModelConfig& cfg, KvDtype kv_dtype);
   void clear();  // back to an empty sequence
+  void copy_deltanet_from(const std::vector<DeltaNetState>& other);
 
   int64_t position = 0;
   std::vector<int> slot;  // per layer: index into kv or deltanet
