@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 jobs=$(nproc)
+[[ -d /usr/local/cuda/bin ]] && export PATH=$PATH:/usr/local/cuda/bin
 summary=()
 note() { summary+=("$1"); }
 stamp() { date +%s.%N; }
