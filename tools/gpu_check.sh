@@ -17,7 +17,7 @@ note() { summary+=("$1"); }
 stamp() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(stamp)" 'BEGIN { printf "%.1f", b - a }'; }
 
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv,noheader
 
 # ---- dependencies --------------------------------------------------------------------------------
 prefix_args=()
@@ -56,6 +56,7 @@ fi
 t=$(stamp)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQWICK_CUDA=ON -DQWICK_WERROR=OFF "${prefix_args[@]}" \
   >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+rm "$out/configure.log"
 if ! cmake --build build -j "$jobs" >"$out/build.log" 2>&1; then
   grep -E "error|Error" "$out/build.log" | head -40
   exit 1
@@ -64,16 +65,16 @@ note "build: $(elapsed "$t") s ($(grep -c warning "$out/build.log") warning line
 
 # ---- GPU tests -----------------------------------------------------------------------------------
 t=$(stamp)
-ctest --test-dir build -L gpu --output-on-failure --timeout 600 >"$out/gpu_tests.log" 2>&1
-grep -E "^\[ fixture|tests passed|tests failed|\(Failed\)|\(Skipped\)|Failed  |Passed " "$out/gpu_tests.log" | tail -40
+ctest --test-dir build -L gpu -V --timeout 600 >"$out/gpu_tests.log" 2>&1
+grep -E "tests passed|tests failed|\(Failed\)|\(Skipped\)|\*\*\*Failed|Passed +[0-9.]+ sec" "$out/gpu_tests.log" | sed 's/^[0-9]*: //' | tail -40
 note "GPU tests: $(grep -E 'tests passed' "$out/gpu_tests.log" | head -1) ($(elapsed "$t") s)"
-grep -q "^\[ fixture" "$out/gpu_tests.log" && while read -r line; do note "$line"; done < <(grep "^\[ fixture" "$out/gpu_tests.log")
+while read -r line; do note "$line"; done < <(grep -E "^[0-9]+: \[ fixture" "$out/gpu_tests.log" | sed 's/^[0-9]*: //')
 
 q=./build/qwick
 export QWICK_HOME=/tmp/qwick-home
 if [[ "$mode" == quick ]]; then
   t=$(stamp)
-  $q run --device cuda --prompt-ids "1 2 3 4 5 6 7 8" -n 16 2>&1 | tail -4 | tee "$out/run.txt"
+  $q run --device cuda --prompt-ids "1 2 3 4 5 6 7 8" -n 16 2>&1 | tail -4
   $q bench --device cuda --lengths 256,1K,4K,16K --prefill-reps 2 --decode-reps 3 --decode-tokens 32 --pp 512 --tg 128 \
     --table-reps 3 --json "$out/bench_small.json" 2>&1 | tee "$out/bench_small.txt"
   note "small-model run + bench: $(elapsed "$t") s"
@@ -92,18 +93,19 @@ header += b" " * ((8 - len(header) % 8) % 8)
 open("/tmp/tokens.safetensors", "wb").write(struct.pack("<Q", len(header)) + header + struct.pack("<300i", *ids))
 PY
   t=$(stamp)
-  $q eval -m $model --device cpu --tokens /tmp/tokens.safetensors --out /tmp/cpu_logits.safetensors 2>&1 | tail -1 | tee "$out/eval_cpu.txt"
-  note "CPU eval, 300 positions: $(elapsed "$t") s: $(cat "$out/eval_cpu.txt")"
+  result=$(timeout 300 $q eval -m $model --device cpu --tokens /tmp/tokens.safetensors --out /tmp/cpu_logits.safetensors 2>&1 | tail -1)
+  echo "cpu: $result" | tee -a "$out/evals.txt"
+  note "CPU eval, 300 positions: $(elapsed "$t") s: $result"
   for variant in "prefill:" "prefill200+decode100:--decode-from 200" "chunk64:--chunk 64"; do
     name=${variant%%:*} args=${variant#*:}
     t=$(stamp)
     # shellcheck disable=SC2086
-    $q eval -m $model --device cuda --tokens /tmp/tokens.safetensors --reference /tmp/cpu_logits.safetensors $args 2>&1 |
-      tail -1 | tee "$out/eval_cuda_$name.txt"
-    note "CUDA vs CPU, full model, $name: $(cat "$out/eval_cuda_$name.txt") ($(elapsed "$t") s)"
+    result=$(timeout 120 $q eval -m $model --device cuda --tokens /tmp/tokens.safetensors --reference /tmp/cpu_logits.safetensors $args 2>&1 | tail -1)
+    echo "cuda $name: $result" | tee -a "$out/evals.txt"
+    note "CUDA vs CPU, full model, $name: $result ($(elapsed "$t") s)"
   done
   t=$(stamp)
-  $q bench -m $model --device cuda --prefill-reps 3 --decode-reps 3 --decode-tokens 64 --rep-budget 20 \
+  timeout 330 $q bench -m $model --device cuda --prefill-reps 3 --decode-reps 3 --decode-tokens 32 --rep-budget 10 --table-reps 3 \
     --json "$out/bench_full.json" --plot "$out/bench_full.png" 2>&1 | tee "$out/bench_full.txt"
   note "full bench: $(elapsed "$t") s"
 fi
