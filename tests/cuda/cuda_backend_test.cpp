@@ -107,6 +107,36 @@ TEST(CudaBackend, FixturesInEveryLayout) {
   }
 }
 
+// Hidden states after each layer of a bf16 prefill against the f32 reference: where the error comes
+// from, layer by layer (printed), within a bf16 bound.
+TEST(CudaBackend, TinyHiddenStatesPerLayer) {
+  QWICK_REQUIRE_GPU();
+  const auto model = load_model(test::fixture("tiny/hf"));
+  const std::string f = test::fixture("tiny/reference.safetensors").string();
+  const auto tokens = read_i32_tensor(f, "tokens");
+  const F32Tensor hidden = read_f32_tensor(f, "hidden");
+  const int64_t T = static_cast<int64_t>(tokens.size()), H = model->config.hidden_size;
+  std::vector<float> mine(hidden.data.size(), NAN);
+  BackendOptions opt;
+  opt.max_context = 4096;
+  auto backend = make_backend("cuda", *model, opt);
+  std::vector<float> logits(static_cast<size_t>(model->config.vocab_size));
+  PrefillOptions p;
+  p.chunk = 37;
+  p.observer = [&](int stage, const float* h, int64_t n, int64_t pos0) {
+    std::copy_n(h, n * H, mine.begin() + (stage * T + pos0) * H);
+  };
+  backend->prefill(tokens, logits, p);
+  for (int stage = 0; stage <= model->config.n_layers(); ++stage) {
+    const auto at = [&](const std::vector<float>& v) {
+      return std::vector<float>(v.begin() + stage * T * H, v.begin() + (stage + 1) * T * H);
+    };
+    const double err = rel_err(at(mine), at(hidden.data));
+    std::printf("[ fixture  ] tiny/hf hidden after stage %d: rel_err %.3e\n", stage, err);
+    EXPECT_LT(err, 2e-2) << "stage " << stage;
+  }
+}
+
 TEST(CudaBackend, GraphDecodeEqualsPlainDecode) {
   QWICK_REQUIRE_GPU();
   for (const char* dir : {"tiny/mlx4", "small/mlx4"}) {

@@ -570,7 +570,10 @@ TEST(Sample, GreedyAndCutsAndDistribution) {
   EXPECT_EQ(g.tokens, (std::vector<int32_t>{best, best, best}));
   EXPECT_EQ(g.position, 3);
   EXPECT_EQ(g.draws, 3u);
-  // Cuts that leave one token: top-k 1, top-p ~0, min-p 1.
+  // Cuts that leave one token: top-k 1, top-p ~0, min-p 1 (on logits without the tied maximum: tokens
+  // tied exactly at a cut are all kept, see sample_cuda.h).
+  logits[static_cast<size_t>(best) + 1 < logits.size() ? logits.size() - 1 : static_cast<size_t>(best)] = 0.0f;
+  logits[static_cast<size_t>(best)] = *std::max_element(logits.begin(), logits.end()) + 1.0f;
   for (cuda::SamplingState st : {cuda::SamplingState{1.0f, 1, 1.0f, 0.0f, 7, 0}, cuda::SamplingState{1.0f, 0, 1e-6f, 0.0f, 7, 0},
                                  cuda::SamplingState{2.0f, 0, 1.0f, 1.0f, 7, 0}})
     EXPECT_EQ(sample_many(logits, st, 5).tokens, std::vector<int32_t>(5, best));

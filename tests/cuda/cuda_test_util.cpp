@@ -76,7 +76,7 @@ HostMatrix random_matrix(WeightFormat format, int64_t rows, int64_t cols, int gr
     h.data.resize(w.row_stride * static_cast<size_t>(rows));
     std::normal_distribution<float> dist(0.0f, scale);
     for (size_t i = 0; i < static_cast<size_t>(rows * cols); ++i) {
-      const float v = dist(rng);
+      const float v = round_to_bf16(dist(rng));  // f32 files are converted to bf16 at upload: keep that exact
       if (format == WeightFormat::kF32) {
         std::memcpy(&h.data[4 * i], &v, 4);
       } else {

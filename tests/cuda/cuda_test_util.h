@@ -46,7 +46,8 @@ class DeviceArray {
   cuda::DeviceBuffer buf_;
 };
 
-// A random matrix in `format` that owns its bytes; values of unit scale divided by sqrt(cols).
+// A random matrix in `format` that owns its bytes; values of unit scale divided by sqrt(cols). f32
+// values are bf16-representable (the GPU converts f32 weights to bf16 at upload).
 struct HostMatrix {
   std::vector<uint8_t> data, scales, biases;
   WeightMatrix w;

@@ -4,8 +4,8 @@
 //                     the context size, allocated up front (so a captured decode graph stays valid)
 //   DeltaNet layers   conv window [K-1, channels] and recurrent state [Hv, Dv, Dk], f32
 //
-// prefill runs in chunks: f32 residual stream, bf16 activations into the tensor-core GEMMs, every
-// MoE grouping step on the device. decode runs one row with f32 activations through the GEMV
+// prefill runs in chunks: f32 residual stream, bf16 activations into the tensor-core GEMMs (the
+// router excepted: f32, so expert choices match decode), every MoE grouping step on the device. decode runs one row with f32 activations through the GEMV
 // kernels; the whole step (embedding .. lm_head .. token choice) is one CUDA graph, captured at the
 // first decode and replayed: it reads the input token and the position from device memory, and its
 // last kernel writes the chosen token into that input slot and advances the position, so the host
@@ -54,6 +54,7 @@ struct PrefillScratch {
   int32_t* tokens;
   float* hidden;       // [n, H]
   uint16_t* normed;    // [n, H] bf16
+  float* normed_f32;   // [n, H]: the MoE input again, for the f32 router
   float *qg, *k, *v;   // attention projections
   uint16_t *q16, *att16;
   float *qkv, *z, *b, *a, *conv, *beta, *decay, *dn_out;  // DeltaNet
@@ -259,6 +260,7 @@ class CudaBackend final : public Backend {
       p_.tokens = c.take<int32_t>(u(n));
       p_.hidden = c.take<float>(u(n * H));
       p_.normed = c.take<uint16_t>(u(n * H));
+      p_.normed_f32 = c.take<float>(u(n * H));
       p_.qg = c.take<float>(u(n * cfg_.q_proj_rows()));
       p_.k = c.take<float>(u(n * kvr));
       p_.v = c.take<float>(u(n * kvr));
@@ -332,6 +334,24 @@ class CudaBackend final : public Backend {
     a.y = y;
     a.accumulate = accumulate;
     gemv(a, stream_);
+  }
+
+  // y[t] = W·x[t] for n f32 rows (rows H apart in x, W.rows apart in y).
+  void gemv_rows(const DeviceMatrix& m, const float* x, int64_t n, float* y) {
+    constexpr int64_t kMaxRowsPerLaunch = 32768;  // the grid's y dimension
+    for (int64_t r0 = 0; r0 < n; r0 += kMaxRowsPerLaunch) {
+      GemvArgs a;
+      a.single = m;
+      a.format = m.format;
+      a.problems = static_cast<int>(std::min(kMaxRowsPerLaunch, n - r0));
+      a.max_rows = m.rows;
+      a.max_cols = m.cols;
+      a.x = x + r0 * m.cols;
+      a.x_stride = m.cols;
+      a.y = y + r0 * m.rows;
+      a.y_stride = m.rows;
+      gemv(a, stream_);
+    }
   }
 
   // Problem p: mats[p] · x -> y + p·y_stride, one launch when the formats agree.
@@ -516,7 +536,7 @@ class CudaBackend final : public Backend {
         prefill_attention(*att, slot, n);
       else
         prefill_deltanet(std::get<CudaDeltaNetWeights>(lw.mixer), slot, n);
-      rms_norm_rows(p_.hidden, n, H, lw.post_norm, eps, nullptr, p_.normed, stream_);
+      rms_norm_rows(p_.hidden, n, H, lw.post_norm, eps, p_.normed_f32, p_.normed, stream_);
       prefill_moe(lw.moe, n);
       if (observer) observe(observer, L + 1, n);
     }
@@ -573,8 +593,10 @@ class CudaBackend final : public Backend {
   void prefill_moe(const CudaMoeWeights& w, int64_t n) {
     const int64_t H = cfg_.hidden_size, E = cfg_.n_experts, k = cfg_.n_experts_per_tok, I = cfg_.expert_dim,
                   S = cfg_.shared_expert_dim;
-    gemm_one(w.router, p_.normed, H, n, p_.router, E, false);
-    gemm_one(w.shared_gate, p_.normed, H, n, p_.shared_logit, 1, false);
+    // The router in f32 (gemv per row): expert choice is discrete, and bf16 inputs would flip
+    // near-tied choices away from what the decode path and the CPU pick.
+    gemv_rows(w.router, p_.normed_f32, n, p_.router);
+    gemv_rows(w.shared_gate, p_.normed_f32, n, p_.shared_logit);
     moe_route(p_.router, E, n, static_cast<int>(E), static_cast<int>(k), p_.ids, p_.weights, stream_);
     moe_group(p_.ids, n, static_cast<int>(k), static_cast<int>(E), p_.grouping, stream_);
 

@@ -17,10 +17,8 @@ __global__ void rms_norm_kernel(const float* x, int64_t H, const float* w, float
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(H) + eps);
   for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
     const float v = row[i] * inv * w[i];
-    if (out_f32)
-      out_f32[blockIdx.x * H + i] = v;
-    else
-      out_bf16[blockIdx.x * H + i] = f32_to_bf16(v);
+    if (out_f32) out_f32[blockIdx.x * H + i] = v;
+    if (out_bf16) out_bf16[blockIdx.x * H + i] = f32_to_bf16(v);
   }
 }
 

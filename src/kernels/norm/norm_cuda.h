@@ -16,7 +16,7 @@
 
 namespace qwick::cuda {
 
-// Exactly one of out_f32 / out_bf16 is non-null; rows are H apart in x and out.
+// Writes out_f32 and/or out_bf16 (whichever is non-null); rows are H apart in x and out.
 void rms_norm_rows(const float* x, int64_t n, int64_t H, const float* weight, float eps, float* out_f32,
                    uint16_t* out_bf16, cudaStream_t stream);
 
