@@ -3,7 +3,8 @@
 # bench (quick) or the full-size model (full): make it with make-model, compare CUDA with CPU logits
 # over 300 positions (prefill, and prefill + decode through the graph), bench all ten lengths.
 # Prints a short table last; logs, JSON and the plot go to $OUT (default gpu-out).
-#   tools/gpu_check.sh quick|full
+#   tools/gpu_check.sh tests|quick|full      (tests: build and GPU tests only)
+# QWICK_SKIP_EVALS=1 (full): skip the CUDA-vs-CPU comparison, bench only.
 # QWICK_DEPS_SRC: a tools/bundle_deps.sh bundle, used when the machine has no fmt/json/gtest.
 set -uo pipefail
 mode=${1:-quick}
@@ -72,7 +73,9 @@ while read -r line; do note "$line"; done < <(grep -E "^[0-9]+: \[ fixture" "$ou
 
 q=./build/qwick
 export QWICK_HOME=/tmp/qwick-home
-if [[ "$mode" == quick ]]; then
+if [[ "$mode" == tests ]]; then
+  :
+elif [[ "$mode" == quick ]]; then
   t=$(stamp)
   $q run --device cuda --prompt-ids "1 2 3 4 5 6 7 8" -n 16 2>&1 | tail -4
   $q bench --device cuda --lengths 256,1K,4K,16K --prefill-reps 2 --decode-reps 3 --decode-tokens 32 --pp 512 --tg 128 \
@@ -92,18 +95,20 @@ header = json.dumps({"tokens": {"dtype": "I32", "shape": [300], "data_offsets": 
 header += b" " * ((8 - len(header) % 8) % 8)
 open("/tmp/tokens.safetensors", "wb").write(struct.pack("<Q", len(header)) + header + struct.pack("<300i", *ids))
 PY
-  t=$(stamp)
-  result=$(timeout 300 $q eval -m $model --device cpu --tokens /tmp/tokens.safetensors --out /tmp/cpu_logits.safetensors 2>&1 | tail -1)
-  echo "cpu: $result" | tee -a "$out/evals.txt"
-  note "CPU eval, 300 positions: $(elapsed "$t") s: $result"
-  for variant in "prefill:" "prefill200+decode100:--decode-from 200" "chunk64:--chunk 64"; do
-    name=${variant%%:*} args=${variant#*:}
+  if [[ "${QWICK_SKIP_EVALS:-0}" != 1 ]]; then
     t=$(stamp)
-    # shellcheck disable=SC2086
-    result=$(timeout 120 $q eval -m $model --device cuda --tokens /tmp/tokens.safetensors --reference /tmp/cpu_logits.safetensors $args 2>&1 | tail -1)
-    echo "cuda $name: $result" | tee -a "$out/evals.txt"
-    note "CUDA vs CPU, full model, $name: $result ($(elapsed "$t") s)"
-  done
+    result=$(timeout 300 $q eval -m $model --device cpu --tokens /tmp/tokens.safetensors --out /tmp/cpu_logits.safetensors 2>&1 | tail -1)
+    echo "cpu: $result" | tee -a "$out/evals.txt"
+    note "CPU eval, 300 positions: $(elapsed "$t") s: $result"
+    for variant in "prefill:" "prefill200+decode100:--decode-from 200" "chunk64:--chunk 64"; do
+      name=${variant%%:*} args=${variant#*:}
+      t=$(stamp)
+      # shellcheck disable=SC2086
+      result=$(timeout 120 $q eval -m $model --device cuda --tokens /tmp/tokens.safetensors --reference /tmp/cpu_logits.safetensors $args 2>&1 | tail -1)
+      echo "cuda $name: $result" | tee -a "$out/evals.txt"
+      note "CUDA vs CPU, full model, $name: $result ($(elapsed "$t") s)"
+    done
+  fi
   t=$(stamp)
   timeout 330 $q bench -m $model --device cuda --prefill-reps 3 --decode-reps 3 --decode-tokens 32 --rep-budget 10 --table-reps 3 \
     --json "$out/bench_full.json" --plot "$out/bench_full.png" 2>&1 | tee "$out/bench_full.txt"

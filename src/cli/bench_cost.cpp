@@ -45,6 +45,7 @@ TokenCost token_cost(const Model& model) {
   }
   cost.weight_bytes = bytes;
   cost.matmul_flops = 2 * active;
+  cost.lm_head_flops = 2 * elements(w.lm_head);
   const double state = static_cast<double>(c.lin_n_v_heads) * c.lin_v_dim * c.lin_k_dim +
                        static_cast<double>(c.conv_kernel - 1) * static_cast<double>(c.conv_channels());
   cost.state_bytes = 2 * 4 * state * c.n_deltanet_layers();

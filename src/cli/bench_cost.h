@@ -16,6 +16,7 @@ struct TokenCost {
   double state_bytes = 0;         // DeltaNet conv + recurrent states, read and written
   double kv_bytes_per_ctx = 0;    // KV cache bytes read per token of context (all attention layers)
   double matmul_flops = 0;        // 2 · active weight elements
+  double lm_head_flops = 0;       // the part of matmul_flops a prefill spends only on its last row
   double deltanet_flops = 0;      // the recurrence, all DeltaNet layers
   double attn_flops_per_ctx = 0;  // QKᵀ and PV per token of context (all attention layers)
   double total_bytes = 0;         // every weight in the checkpoint
@@ -25,10 +26,11 @@ struct TokenCost {
   double decode_flops(int64_t context) const {
     return matmul_flops + deltanet_flops + attn_flops_per_ctx * static_cast<double>(context);
   }
-  // A prompt of n tokens from an empty context: row t attends to t + 1 positions.
+  // A prompt of n tokens from an empty context: row t attends to t + 1 positions; logits of the
+  // last row only.
   double prefill_flops(int64_t n) const {
     const double nn = static_cast<double>(n);
-    return nn * (matmul_flops + deltanet_flops) + attn_flops_per_ctx * nn * (nn + 1) / 2;
+    return nn * (matmul_flops - lm_head_flops + deltanet_flops) + lm_head_flops + attn_flops_per_ctx * nn * (nn + 1) / 2;
   }
 };
 

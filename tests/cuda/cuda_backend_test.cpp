@@ -3,9 +3,11 @@
 // then decode == one longer prefill, any chunk size gives the same logits, device sampling, reset
 // and bad input. Skipped without a GPU.
 //
-// Tolerances: prefill runs bf16 activations into the tensor cores, so logits differ from the f32
-// reference by ~1e-2 relative (the bound used for every bf16 comparison); the MLX fixtures' own
-// error (bf16(1 + w) norms, see reference_test.cpp) is larger and keeps the CPU test's 5e-2.
+// Tolerances: prefill runs bf16 activations into the tensor cores (decode keeps f32). How far that
+// alone moves each fixture was measured by running the CPU backend with every matmul input rounded
+// to bf16 (the router left in f32, as here): tiny/hf 6.9e-2 (one late discrete jump: tiny's random
+// norms make it very sensitive), tiny/mlx4 3.5e-2, small/mlx4 1.5e-2 (docs/gpu-notes.md). The
+// bounds sit just above those; decode-path comparisons keep 1e-2.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,7 +86,7 @@ TEST(CudaBackend, FixturesInEveryLayout) {
     bool mlx;
     double tol;
   };
-  for (const Case c : {Case{"tiny/hf", false, 1e-2}, Case{"tiny/hf-perexpert", false, 1e-2}, Case{"tiny/mlx4", true, 5e-2},
+  for (const Case c : {Case{"tiny/hf", false, 8e-2}, Case{"tiny/hf-perexpert", false, 8e-2}, Case{"tiny/mlx4", true, 5e-2},
                        Case{"small/mlx4", true, 5e-2}}) {
     SCOPED_TRACE(c.dir);
     const std::string preset = std::string(c.dir).substr(0, std::string(c.dir).find('/'));
@@ -99,16 +101,17 @@ TEST(CudaBackend, FixturesInEveryLayout) {
       std::printf("[ fixture  ] %-18s %-22s rel_err %.3e\n", c.dir, run.decode_from < 0 ? "prefill" : "prefill+decode", err);
       EXPECT_LT(err, c.tol);
       EXPECT_GT(top1_where_clear(logits, ref, V, c.mlx ? 0.25f : 0.05f), 0.97);
-      // And against the CPU backend on the same weights (bf16 KV cache on both).
+      // And against the CPU backend on the same weights (bf16 KV cache on both): the bf16 bound above,
+      // tighter for the mostly-decoded run.
       RunSpec cpu = run;
       cpu.device = "cpu";
-      EXPECT_LT(rel_err(logits, logits_of(*model, fx.tokens, cpu)), 2e-2);
+      EXPECT_LT(rel_err(logits, logits_of(*model, fx.tokens, cpu)), run.decode_from < 0 ? c.tol : 2e-2);
     }
   }
 }
 
 // Hidden states after each layer of a bf16 prefill against the f32 reference: where the error comes
-// from, layer by layer (printed), within a bf16 bound.
+// from, layer by layer (printed), within the bound bf16 inputs give this fixture (see above).
 TEST(CudaBackend, TinyHiddenStatesPerLayer) {
   QWICK_REQUIRE_GPU();
   const auto model = load_model(test::fixture("tiny/hf"));
@@ -133,7 +136,7 @@ TEST(CudaBackend, TinyHiddenStatesPerLayer) {
     };
     const double err = rel_err(at(mine), at(hidden.data));
     std::printf("[ fixture  ] tiny/hf hidden after stage %d: rel_err %.3e\n", stage, err);
-    EXPECT_LT(err, 2e-2) << "stage " << stage;
+    EXPECT_LT(err, stage == 0 ? 1e-7 : 1e-1) << "stage " << stage;
   }
 }
 
@@ -159,11 +162,13 @@ TEST(CudaBackend, PrefillThenDecodeEqualsOnePrefill) {
     const auto whole = logits_of(*model, tokens, {});
     RunSpec split;
     split.decode_from = 70;
-    // Decode keeps f32 activations where prefill feeds bf16 to the tensor cores: bf16 tolerance.
-    EXPECT_LT(rel_err(logits_of(*model, tokens, split), whole), 1e-2);
+    // Decode keeps f32 activations where prefill feeds bf16 to the tensor cores: the bf16 bounds of
+    // these fixtures (above), measured 7.7e-2 (tiny/hf) and 1.4e-2 (small) for the all-decode run.
+    const double tol = std::string(dir) == "tiny/hf" ? 1e-1 : 2e-2;
+    EXPECT_LT(rel_err(logits_of(*model, tokens, split), whole), tol);
     RunSpec all_decode;
     all_decode.decode_from = 0;
-    EXPECT_LT(rel_err(logits_of(*model, tokens, all_decode), whole), 1e-2);
+    EXPECT_LT(rel_err(logits_of(*model, tokens, all_decode), whole), tol);
   }
 }
 

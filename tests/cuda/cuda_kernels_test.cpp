@@ -3,7 +3,7 @@
 // an element a kernel fails to write fails the comparison. Skipped without a GPU.
 //
 // Tolerances: f32 paths (gemv, norms, DeltaNet, decode attention) ~1e-5 relative; paths with bf16
-// operands (gemm, prefill attention) ~1e-2, as their inputs are rounded to 8 mantissa bits.
+// operands (gemm, prefill attention) 1e-2, as their inputs are rounded to 8 mantissa bits.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -130,8 +130,9 @@ TEST(Gemm, MatchesCpuOverFormatsShapesAndRowCounts) {
       a.ldy = c.rows;
       a.n = n;
       cuda::gemm(a, nullptr);
-      // Only W's rounding to bf16 separates the two (x is bf16 on both sides).
-      EXPECT_LT(rel_err(dy.download(), ref), 5e-3);
+      // Only W's rounding to bf16 separates the two (x is bf16 on both sides): ~2e-3, noisier when
+      // there are only a few outputs (5.5e-3 seen at 3 × 1).
+      EXPECT_LT(rel_err(dy.download(), ref), 1e-2);
     }
   }
 }
