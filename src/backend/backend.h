@@ -1,7 +1,7 @@
 // The boundary between the runtime and a device: one sequence, two explicit forward entry points.
 //
-// A backend is chosen once at load (make_backend: "cpu", or "cuda" where built). It owns the sequence state of one
-// conversation (attention KV cache, DeltaNet conv and recurrent states) and advances it:
+// A backend is chosen once at load (make_backend: "cpu", or "cuda" where built). It owns the sequence
+// state of one conversation (attention KV cache, DeltaNet conv and recurrent states) and advances it:
 //   prefill(tokens)  many rows at once, in bounded chunks (matrix-shaped work)
 //   decode(token)    one row (bandwidth-shaped work)
 // Both append to the same sequence, so "prefill N, then decode k" equals "prefill N + k".
@@ -84,7 +84,8 @@ std::unique_ptr<Backend> make_cpu_backend(const Model& model, const BackendOptio
 // unknown or absent device; default_device() is "cuda" when built and a GPU is present, else "cpu".
 std::vector<std::string> built_devices();
 std::string default_device();
-std::unique_ptr<Backend> make_backend(const std::string& device, const Model& model, const BackendOptions& options);
+std::unique_ptr<Backend> make_backend(const std::string& device, const Model& model,
+                                      const BackendOptions& options);
 
 struct DeviceInfo {
   std::string name;

@@ -5,12 +5,18 @@
 
 namespace qwick {
 
-std::vector<std::string> built_devices() { return {"cpu"}; }
-std::string default_device() { return "cpu"; }
+std::vector<std::string> built_devices() {
+  return {"cpu"};
+}
+std::string default_device() {
+  return "cpu";
+}
 
-std::unique_ptr<Backend> make_backend(const std::string& device, const Model& model, const BackendOptions& options) {
+std::unique_ptr<Backend> make_backend(const std::string& device, const Model& model,
+                                      const BackendOptions& options) {
   if (device == "cpu") return make_cpu_backend(model, options);
-  if (device == "cuda") fail("--device cuda: this build has no CUDA backend (configure with -DQWICK_CUDA=ON and nvcc)");
+  if (device == "cuda")
+    fail("--device cuda: this build has no CUDA backend (configure with -DQWICK_CUDA=ON and nvcc)");
   fail("--device {}: unknown device (expected cpu or cuda)", device);
 }
 

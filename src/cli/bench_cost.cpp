@@ -5,8 +5,12 @@
 namespace qwick {
 namespace {
 
-double elements(const WeightMatrix& w) { return static_cast<double>(w.rows) * static_cast<double>(w.cols); }
-double row_bytes(const WeightMatrix& w) { return static_cast<double>(w.storage_bytes()) / static_cast<double>(w.rows); }
+double elements(const WeightMatrix& w) {
+  return static_cast<double>(w.rows) * static_cast<double>(w.cols);
+}
+double row_bytes(const WeightMatrix& w) {
+  return static_cast<double>(w.storage_bytes()) / static_cast<double>(w.rows);
+}
 
 }  // namespace
 
@@ -32,10 +36,12 @@ TokenCost token_cost(const Model& model) {
       for (const WeightMatrix* m : {&a->q_proj, &a->k_proj, &a->v_proj, &a->o_proj}) add(*m), add_all(*m);
     } else {
       const auto& d = std::get<DeltaNetWeights>(lw.mixer);
-      for (const WeightMatrix* m : {&d.in_proj_qkv, &d.in_proj_z, &d.in_proj_b, &d.in_proj_a, &d.out_proj}) add(*m), add_all(*m);
+      for (const WeightMatrix* m : {&d.in_proj_qkv, &d.in_proj_z, &d.in_proj_b, &d.in_proj_a, &d.out_proj})
+        add(*m), add_all(*m);
     }
     const MoeWeights& moe = lw.moe;
-    for (const WeightMatrix* m : {&moe.router, &moe.shared_gate, &moe.shared.gate, &moe.shared.up, &moe.shared.down})
+    for (const WeightMatrix* m :
+         {&moe.router, &moe.shared_gate, &moe.shared.gate, &moe.shared.up, &moe.shared.down})
       add(*m), add_all(*m);
     for (const ExpertWeights& e : moe.experts)
       for (const WeightMatrix* m : {&e.gate, &e.up, &e.down}) add_all(*m);

@@ -22,7 +22,9 @@ struct TokenCost {
   double total_bytes = 0;         // every weight in the checkpoint
   double total_params = 0;
 
-  double decode_bytes(int64_t context) const { return weight_bytes + state_bytes + kv_bytes_per_ctx * static_cast<double>(context); }
+  double decode_bytes(int64_t context) const {
+    return weight_bytes + state_bytes + kv_bytes_per_ctx * static_cast<double>(context);
+  }
   double decode_flops(int64_t context) const {
     return matmul_flops + deltanet_flops + attn_flops_per_ctx * static_cast<double>(context);
   }
@@ -30,7 +32,8 @@ struct TokenCost {
   // last row only.
   double prefill_flops(int64_t n) const {
     const double nn = static_cast<double>(n);
-    return nn * (matmul_flops - lm_head_flops + deltanet_flops) + lm_head_flops + attn_flops_per_ctx * nn * (nn + 1) / 2;
+    return nn * (matmul_flops - lm_head_flops + deltanet_flops) + lm_head_flops +
+           attn_flops_per_ctx * nn * (nn + 1) / 2;
   }
 };
 

@@ -33,7 +33,9 @@ namespace qwick {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 std::vector<int64_t> parse_lengths(const std::string& text) {
   std::vector<int64_t> out;
@@ -55,7 +57,9 @@ double median(std::vector<double> v) {
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
-double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()); }
+double mean(const std::vector<double>& v) {
+  return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
 double stddev(const std::vector<double>& v) {
   if (v.size() < 2) return 0;
   const double m = mean(v);
@@ -64,12 +68,16 @@ double stddev(const std::vector<double>& v) {
   return std::sqrt(s / static_cast<double>(v.size() - 1));
 }
 
-std::string length_name(int64_t n) { return n >= 1024 && n % 1024 == 0 ? std::to_string(n / 1024) + "K" : std::to_string(n); }
+std::string length_name(int64_t n) {
+  return n >= 1024 && n % 1024 == 0 ? std::to_string(n / 1024) + "K" : std::to_string(n);
+}
 
 class Runner {
  public:
   Runner(Backend& b, int64_t vocab)
-      : backend_(b), logits_(static_cast<size_t>(vocab)), vocab_(special_token_base(vocab)) {}  // ordinary ids only
+      : backend_(b),
+        logits_(static_cast<size_t>(vocab)),
+        vocab_(special_token_base(vocab)) {}  // ordinary ids only
   // Synthetic prompt: a fixed pseudo-random sequence of ordinary token ids.
   std::span<const int32_t> prompt(int64_t n) {
     while (static_cast<int64_t>(tokens_.size()) < n) {
@@ -122,7 +130,8 @@ class Runner {
 int cmd_bench(int argc, char** argv) {
   EngineOptions engine;
   std::string lengths_text = "256,512,1K,2K,4K,8K,16K,32K,64K,128K", json_path, plot_path;
-  int64_t prefill_reps = 3, decode_reps = 3, decode_tokens = 32, chunk = 4096, pp = 512, tg = 128, table_reps = 5;
+  int64_t prefill_reps = 3, decode_reps = 3, decode_tokens = 32, chunk = 4096, pp = 512, tg = 128,
+          table_reps = 5;
   double rep_budget = 30;
   ArgParser p("qwick bench [options]",
               "Measures prefill throughput at prompt lengths and decode throughput at context lengths\n"
@@ -155,37 +164,55 @@ int cmd_bench(int argc, char** argv) {
   const DeviceInfo dev = probe_device(device);
   const TokenCost cost = token_cost(*e.model);
   std::printf("device   %s (%s)%s, copy bandwidth %.0f GB/s (measured)\n", device.c_str(), dev.name.c_str(),
-              dev.memory_bytes ? fmt::format(", {:.1f} GiB", static_cast<double>(dev.memory_bytes) / (1 << 30)).c_str() : "",
+              dev.memory_bytes
+                  ? fmt::format(", {:.1f} GiB", static_cast<double>(dev.memory_bytes) / (1 << 30)).c_str()
+                  : "",
               dev.copy_gbps);
-  std::printf("model    %s: %.2f GB of weights, %.2f B parameters\n", e.model->dir.string().c_str(), cost.total_bytes / 1e9,
-              cost.total_params / 1e9);
-  std::printf("per decoded token: %.3f GB active weights + %.3f GB DeltaNet states (r+w) + %.1f KiB KV per context token;"
-              " %.2f GFLOP + %.1f KFLOP per context token\n\n",
-              cost.weight_bytes / 1e9, cost.state_bytes / 1e9, cost.kv_bytes_per_ctx / 1024, (cost.matmul_flops + cost.deltanet_flops) / 1e9,
-              cost.attn_flops_per_ctx / 1e3);
+  std::printf("model    %s: %.2f GB of weights, %.2f B parameters\n", e.model->dir.string().c_str(),
+              cost.total_bytes / 1e9, cost.total_params / 1e9);
+  std::printf(
+      "per decoded token: %.3f GB active weights + %.3f GB DeltaNet states (r+w) + %.1f KiB KV per context "
+      "token;"
+      " %.2f GFLOP + %.1f KFLOP per context token\n\n",
+      cost.weight_bytes / 1e9, cost.state_bytes / 1e9, cost.kv_bytes_per_ctx / 1024,
+      (cost.matmul_flops + cost.deltanet_flops) / 1e9, cost.attn_flops_per_ctx / 1e3);
 
   Runner run(backend, cfg.vocab_size);
   nlohmann::json rows = nlohmann::json::array();
   std::vector<double> xs, pre_tps, dec_tps;
-  std::printf("| length | prefill tok/s | prefill TFLOP/s | decode tok/s | decode ms/tok | decode GB/s | %% of copy | decode TFLOP/s |\n");
-  std::printf("| -----: | ------------: | --------------: | -----------: | ------------: | ----------: | --------: | -------------: |\n");
+  std::printf(
+      "| length | prefill tok/s | prefill TFLOP/s | decode tok/s | decode ms/tok | decode GB/s | %% of copy "
+      "| decode TFLOP/s |\n");
+  std::printf(
+      "| -----: | ------------: | --------------: | -----------: | ------------: | ----------: | --------: | "
+      "-------------: |\n");
   for (int64_t L : lengths) {
     std::vector<double> pre, dec;
-    for (double spent = 0; static_cast<int64_t>(pre.size()) < prefill_reps && (pre.empty() || spent < rep_budget);)
+    for (double spent = 0;
+         static_cast<int64_t>(pre.size()) < prefill_reps && (pre.empty() || spent < rep_budget);)
       spent += pre.emplace_back(run.prefill(L, chunk));
     // The sequence now holds L tokens: decode on top of it.
-    for (int64_t r = 0; r < decode_reps; ++r) dec.push_back(run.decode(decode_tokens) / static_cast<double>(decode_tokens));
+    for (int64_t r = 0; r < decode_reps; ++r)
+      dec.push_back(run.decode(decode_tokens) / static_cast<double>(decode_tokens));
     const double pre_s = median(pre), dec_s = median(dec);
     const int64_t ctx = L + decode_reps * decode_tokens / 2;  // the context in the middle of the decode runs
     const double pre_tok = static_cast<double>(L) / pre_s, dec_tok = 1.0 / dec_s;
     const double pre_tflops = cost.prefill_flops(L) / pre_s / 1e12;
-    const double dec_gbps = cost.decode_bytes(ctx) / dec_s / 1e9, dec_tflops = cost.decode_flops(ctx) / dec_s / 1e12;
-    std::printf("| %6s | %13.1f | %15.2f | %12.1f | %13.3f | %11.1f | %8.1f%% | %14.3f |\n", length_name(L).c_str(), pre_tok,
-                pre_tflops, dec_tok, dec_s * 1e3, dec_gbps, 100 * dec_gbps / dev.copy_gbps, dec_tflops);
+    const double dec_gbps = cost.decode_bytes(ctx) / dec_s / 1e9,
+                 dec_tflops = cost.decode_flops(ctx) / dec_s / 1e12;
+    std::printf("| %6s | %13.1f | %15.2f | %12.1f | %13.3f | %11.1f | %8.1f%% | %14.3f |\n",
+                length_name(L).c_str(), pre_tok, pre_tflops, dec_tok, dec_s * 1e3, dec_gbps,
+                100 * dec_gbps / dev.copy_gbps, dec_tflops);
     std::fflush(stdout);
-    rows.push_back({{"length", L}, {"prefill_seconds", pre}, {"prefill_tokens_per_s", pre_tok}, {"prefill_tflops", pre_tflops},
-                    {"decode_seconds_per_token", dec}, {"decode_tokens_per_s", dec_tok}, {"decode_gbps", dec_gbps},
-                    {"decode_tflops", dec_tflops}, {"decode_bytes_per_token", cost.decode_bytes(ctx)}});
+    rows.push_back({{"length", L},
+                    {"prefill_seconds", pre},
+                    {"prefill_tokens_per_s", pre_tok},
+                    {"prefill_tflops", pre_tflops},
+                    {"decode_seconds_per_token", dec},
+                    {"decode_tokens_per_s", dec_tok},
+                    {"decode_gbps", dec_gbps},
+                    {"decode_tflops", dec_tflops},
+                    {"decode_bytes_per_token", cost.decode_bytes(ctx)}});
     xs.push_back(static_cast<double>(L));
     pre_tps.push_back(pre_tok);
     dec_tps.push_back(dec_tok);
@@ -194,17 +221,22 @@ int cmd_bench(int argc, char** argv) {
   nlohmann::json table = nlohmann::json::array();
   if (pp > 0 && tg > 0) {
     std::vector<double> pp_tps, tg_tps;
-    for (int64_t r = 0; r < table_reps; ++r) pp_tps.push_back(static_cast<double>(pp) / run.prefill(pp, chunk));
+    for (int64_t r = 0; r < table_reps; ++r)
+      pp_tps.push_back(static_cast<double>(pp) / run.prefill(pp, chunk));
     for (int64_t r = 0; r < table_reps; ++r) {
       run.reset(1);
       tg_tps.push_back(static_cast<double>(tg) / run.decode(tg));
     }
-    const std::string model_name = fmt::format("{} {}L {}e/top{} {}", cfg.model_type, cfg.n_layers(), cfg.n_experts,
-                                               cfg.n_experts_per_tok, cfg.quant.enabled ? fmt::format("MLX {}-bit", cfg.quant.defaults.bits) : "bf16");
-    std::printf("\n| model | size | params | backend | test | t/s |\n| --- | ---: | ---: | --- | ---: | ---: |\n");
-    for (auto [name, v] : {std::pair{fmt::format("pp{}", pp), pp_tps}, std::pair{fmt::format("tg{}", tg), tg_tps}}) {
-      std::printf("| %s | %.2f GiB | %.2f B | %s | %s | %.2f ± %.2f |\n", model_name.c_str(), cost.total_bytes / (1 << 30),
-                  cost.total_params / 1e9, device.c_str(), name.c_str(), mean(v), stddev(v));
+    const std::string model_name = fmt::format(
+        "{} {}L {}e/top{} {}", cfg.model_type, cfg.n_layers(), cfg.n_experts, cfg.n_experts_per_tok,
+        cfg.quant.enabled ? fmt::format("MLX {}-bit", cfg.quant.defaults.bits) : "bf16");
+    std::printf(
+        "\n| model | size | params | backend | test | t/s |\n| --- | ---: | ---: | --- | ---: | ---: |\n");
+    for (auto [name, v] :
+         {std::pair{fmt::format("pp{}", pp), pp_tps}, std::pair{fmt::format("tg{}", tg), tg_tps}}) {
+      std::printf("| %s | %.2f GiB | %.2f B | %s | %s | %.2f ± %.2f |\n", model_name.c_str(),
+                  cost.total_bytes / (1 << 30), cost.total_params / 1e9, device.c_str(), name.c_str(),
+                  mean(v), stddev(v));
       table.push_back({{"test", name}, {"tokens_per_s", v}, {"mean", mean(v)}, {"sd", stddev(v)}});
     }
   }
@@ -212,10 +244,12 @@ int cmd_bench(int argc, char** argv) {
   const BackendMemory mem = backend.memory();
   const auto gib = [](int64_t b) { return static_cast<double>(b) / (1 << 30); };
   if (mem.peak > 0)
-    std::printf("\ndevice memory: peak %.2f GiB held by qwick (weights %.2f, sequence state %.2f at context %lld, scratch %.2f);"
-                " device reports %.2f GiB in use at most\n",
-                gib(mem.peak), gib(mem.weights), gib(mem.state), static_cast<long long>(backend.max_context()), gib(mem.scratch),
-                gib(mem.device_used));
+    std::printf(
+        "\ndevice memory: peak %.2f GiB held by qwick (weights %.2f, sequence state %.2f at context %lld, "
+        "scratch %.2f);"
+        " device reports %.2f GiB in use at most\n",
+        gib(mem.peak), gib(mem.weights), gib(mem.state), static_cast<long long>(backend.max_context()),
+        gib(mem.scratch), gib(mem.device_used));
 
   if (!json_path.empty()) {
     nlohmann::json j = {{"device", device},
@@ -243,8 +277,9 @@ int cmd_bench(int argc, char** argv) {
     if (!out) fail("{}: cannot write", json_path);
   }
   if (!plot_path.empty())
-    write_plot_png(plot_path, {PlotPanel{"PREFILL TOKENS/S VS PROMPT LENGTH", {PlotSeries{device, xs, pre_tps}}},
-                               PlotPanel{"DECODE TOKENS/S VS CONTEXT", {PlotSeries{device, xs, dec_tps}}}});
+    write_plot_png(plot_path,
+                   {PlotPanel{"PREFILL TOKENS/S VS PROMPT LENGTH", {PlotSeries{device, xs, pre_tps}}},
+                    PlotPanel{"DECODE TOKENS/S VS CONTEXT", {PlotSeries{device, xs, dec_tps}}}});
   return 0;
 }
 

@@ -39,7 +39,8 @@ std::vector<uint8_t> encode_png(int w, int h, const std::vector<uint8_t>& rgb) {
   std::vector<uint8_t> raw;  // scanlines, each led by filter type 0 (none)
   for (int y = 0; y < h; ++y) {
     raw.push_back(0);
-    raw.insert(raw.end(), rgb.begin() + static_cast<ptrdiff_t>(y) * w * 3, rgb.begin() + static_cast<ptrdiff_t>(y + 1) * w * 3);
+    raw.insert(raw.end(), rgb.begin() + static_cast<ptrdiff_t>(y) * w * 3,
+               rgb.begin() + static_cast<ptrdiff_t>(y + 1) * w * 3);
   }
   std::vector<uint8_t> z = {0x78, 0x01};  // zlib header: deflate, 32K window, no dictionary
   for (size_t i = 0; i < raw.size() || i == 0; i += 65535) {
@@ -146,7 +147,8 @@ std::string length_label(double x) {
 void write_plot_png(const std::string& path, const std::vector<PlotPanel>& panels) {
   constexpr int kW = 520, kH = 340, kLeft = 70, kRight = 20, kTop = 40, kBottom = 40;
   const Rgb black{0, 0, 0}, grey{200, 200, 200};
-  const std::array<Rgb, 4> colors = {Rgb{31, 119, 180}, Rgb{255, 127, 14}, Rgb{44, 160, 44}, Rgb{214, 39, 40}};
+  const std::array<Rgb, 4> colors = {Rgb{31, 119, 180}, Rgb{255, 127, 14}, Rgb{44, 160, 44},
+                                     Rgb{214, 39, 40}};
   Canvas cv(kW * static_cast<int>(std::max<size_t>(panels.size(), 1)), kH);
   for (size_t p = 0; p < panels.size(); ++p) {
     const PlotPanel& panel = panels[p];
@@ -164,7 +166,9 @@ void write_plot_png(const std::string& path, const std::vector<PlotPanel>& panel
     if (xmax == xmin) xmax = xmin + 1;
     if (ymax <= 0) ymax = 1;
     ymax *= 1.1;
-    auto px = [&](double x) { return x0 + static_cast<int>((std::log2(x) - xmin) / (xmax - xmin) * (x1 - x0)); };
+    auto px = [&](double x) {
+      return x0 + static_cast<int>((std::log2(x) - xmin) / (xmax - xmin) * (x1 - x0));
+    };
     auto py = [&](double y) { return y0 - static_cast<int>(y / ymax * (y0 - y1)); };
     for (int i = 0; i <= 4; ++i) {  // horizontal grid and y labels
       const double v = ymax * i / 4;

@@ -12,6 +12,8 @@ void check(cudaError_t status, const char* what);
 // After a launch: throws if the launch itself failed (bad configuration, no device, ...).
 void check_launch(const char* kernel);
 
-inline unsigned blocks_for(long long n, int per_block) { return static_cast<unsigned>((n + per_block - 1) / per_block); }
+inline unsigned blocks_for(long long n, int per_block) {
+  return static_cast<unsigned>((n + per_block - 1) / per_block);
+}
 
 }  // namespace qwick::cuda

@@ -47,7 +47,8 @@ std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& tok
   p.all_logits = true;
   if (n > 0) backend->prefill(std::span<const int32_t>(tokens.data(), static_cast<size_t>(n)), logits, p);
   for (int64_t t = n; t < T; ++t)
-    backend->decode(tokens[static_cast<size_t>(t)], std::span<float>(logits.data() + t * V, static_cast<size_t>(V)));
+    backend->decode(tokens[static_cast<size_t>(t)],
+                    std::span<float>(logits.data() + t * V, static_cast<size_t>(V)));
   return logits;
 }
 
@@ -86,8 +87,8 @@ TEST(CudaBackend, FixturesInEveryLayout) {
     bool mlx;
     double tol;
   };
-  for (const Case c : {Case{"tiny/hf", false, 8e-2}, Case{"tiny/hf-perexpert", false, 8e-2}, Case{"tiny/mlx4", true, 5e-2},
-                       Case{"small/mlx4", true, 5e-2}}) {
+  for (const Case c : {Case{"tiny/hf", false, 8e-2}, Case{"tiny/hf-perexpert", false, 8e-2},
+                       Case{"tiny/mlx4", true, 5e-2}, Case{"small/mlx4", true, 5e-2}}) {
     SCOPED_TRACE(c.dir);
     const std::string preset = std::string(c.dir).substr(0, std::string(c.dir).find('/'));
     const Fixture fx(preset);
@@ -98,7 +99,8 @@ TEST(CudaBackend, FixturesInEveryLayout) {
       SCOPED_TRACE(run.decode_from < 0 ? "prefill, chunk 128" : "prefill 40, then decode");
       const auto logits = logits_of(*model, fx.tokens, run);
       const double err = rel_err(logits, ref);
-      std::printf("[ fixture  ] %-18s %-22s rel_err %.3e\n", c.dir, run.decode_from < 0 ? "prefill" : "prefill+decode", err);
+      std::printf("[ fixture  ] %-18s %-22s rel_err %.3e\n", c.dir,
+                  run.decode_from < 0 ? "prefill" : "prefill+decode", err);
       EXPECT_LT(err, c.tol);
       EXPECT_GT(top1_where_clear(logits, ref, V, c.mlx ? 0.25f : 0.05f), 0.97);
       // And against the CPU backend on the same weights (bf16 KV cache on both): the bf16 bound above,
@@ -177,7 +179,8 @@ TEST(CudaBackend, ChunkSizeDoesNotChangeLogits) {
   const Fixture fx("small");
   const auto model = load_model(test::fixture("small/mlx4"));
   const auto ref = logits_of(*model, fx.tokens, RunSpec{4096});
-  for (int64_t chunk : {1, 7, 64, 100}) EXPECT_LT(rel_err(logits_of(*model, fx.tokens, RunSpec{chunk}), ref), 1e-5) << chunk;
+  for (int64_t chunk : {1, 7, 64, 100})
+    EXPECT_LT(rel_err(logits_of(*model, fx.tokens, RunSpec{chunk}), ref), 1e-5) << chunk;
 }
 
 TEST(CudaBackend, DeviceSamplingFollowsTheLogits) {
@@ -240,11 +243,12 @@ TEST(CudaBackend, ResetAndBadInputLeaveAConsistentState) {
   backend->decode(9, d);
   EXPECT_EQ(a, b);
   EXPECT_EQ(c, d);
-  EXPECT_THROW(make_backend("cuda", *model, [] {
-                 BackendOptions o;
-                 o.kv_dtype = KvDtype::kF32;
-                 return o;
-               }()),
+  EXPECT_THROW(make_backend("cuda", *model,
+                            [] {
+                              BackendOptions o;
+                              o.kv_dtype = KvDtype::kF32;
+                              return o;
+                            }()),
                Error);
 }
 

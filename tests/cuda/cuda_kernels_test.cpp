@@ -61,13 +61,23 @@ struct MatrixCase {
 const std::vector<MatrixCase>& matrix_cases() {
   static const std::vector<MatrixCase> cases = {
       // The real model: DeltaNet in_proj_qkv, out_proj, attention q/o, experts, router (8-bit), lm_head.
-      {WeightFormat::kAffine4, 8192, 2048}, {WeightFormat::kAffine4, 2048, 4096}, {WeightFormat::kAffine4, 512, 2048},
-      {WeightFormat::kAffine4, 2048, 512},  {WeightFormat::kAffine8, 256, 2048},  {WeightFormat::kAffine8, 1, 2048},
-      {WeightFormat::kAffine4, 32, 2048},   {WeightFormat::kAffine4, 248320, 2048},
+      {WeightFormat::kAffine4, 8192, 2048},
+      {WeightFormat::kAffine4, 2048, 4096},
+      {WeightFormat::kAffine4, 512, 2048},
+      {WeightFormat::kAffine4, 2048, 512},
+      {WeightFormat::kAffine8, 256, 2048},
+      {WeightFormat::kAffine8, 1, 2048},
+      {WeightFormat::kAffine4, 32, 2048},
+      {WeightFormat::kAffine4, 248320, 2048},
       // Odd sizes, other groups, bf16 and f32 (converted to bf16 at upload).
-      {WeightFormat::kAffine4, 1, 64},      {WeightFormat::kAffine4, 3, 128, 32}, {WeightFormat::kAffine8, 33, 192},
-      {WeightFormat::kAffine4, 100, 640, 128}, {WeightFormat::kBF16, 77, 320},   {WeightFormat::kBF16, 1000, 2048},
-      {WeightFormat::kF32, 65, 128},        {WeightFormat::kAffine8, 130, 64, 32},
+      {WeightFormat::kAffine4, 1, 64},
+      {WeightFormat::kAffine4, 3, 128, 32},
+      {WeightFormat::kAffine8, 33, 192},
+      {WeightFormat::kAffine4, 100, 640, 128},
+      {WeightFormat::kBF16, 77, 320},
+      {WeightFormat::kBF16, 1000, 2048},
+      {WeightFormat::kF32, 65, 128},
+      {WeightFormat::kAffine8, 130, 64, 32},
   };
   return cases;
 }
@@ -155,7 +165,8 @@ TEST(Moe, RouteMatchesRouteToken) {
       std::vector<float> rw(static_cast<size_t>(k));
       route_token(logits.data() + t * E, E, k, rid.data(), rw.data());
       for (int j = 0; j < k; ++j) {
-        ASSERT_EQ(ids[static_cast<size_t>(t * k + j)], rid[static_cast<size_t>(j)]) << "token " << t << " rank " << j;
+        ASSERT_EQ(ids[static_cast<size_t>(t * k + j)], rid[static_cast<size_t>(j)])
+            << "token " << t << " rank " << j;
         ASSERT_NEAR(w[static_cast<size_t>(t * k + j)], rw[static_cast<size_t>(j)], 1e-5f);
       }
     }
@@ -199,7 +210,9 @@ TEST(Moe, GroupingGroupedGemmAndCombine) {
       table.push_back(dev.back().m);
     }
   cuda::DeviceBuffer table_dev(table.size() * sizeof(DeviceMatrix));
-  cuda::check(cudaMemcpy(table_dev.data(), table.data(), table.size() * sizeof(DeviceMatrix), cudaMemcpyHostToDevice), "");
+  cuda::check(
+      cudaMemcpy(table_dev.data(), table.data(), table.size() * sizeof(DeviceMatrix), cudaMemcpyHostToDevice),
+      "");
 
   for (const char* routing : {"balanced", "all to experts 0..k-1", "three experts only"}) {
     SCOPED_TRACE(routing);
@@ -217,8 +230,8 @@ TEST(Moe, GroupingGroupedGemmAndCombine) {
         slot_of(static_cast<size_t>(pairs)), tile_count(1);
     const int64_t max_tiles = cuda::moe_max_tiles(pairs, E);
     DeviceArray<cuda::GemmTile> tiles(static_cast<size_t>(max_tiles));
-    cuda::MoeGrouping g{counts.data(), offsets.data(), fill.data(), slot_row.data(), slot_of.data(), tiles.data(),
-                        tile_count.data()};
+    cuda::MoeGrouping g{counts.data(),  offsets.data(), fill.data(),      slot_row.data(),
+                        slot_of.data(), tiles.data(),   tile_count.data()};
     cuda::moe_group(d_ids.data(), n, k, E, g, nullptr);
 
     // Structure: offsets are the exclusive scan of the histogram, slot_of is a permutation that puts
@@ -286,8 +299,8 @@ TEST(Moe, GroupingGroupedGemmAndCombine) {
     const auto shared_logit = randn(static_cast<size_t>(n), rng);
     const auto hidden0 = randn(static_cast<size_t>(n * H), rng);
     DeviceArray<float> dshared(shared), dsl(shared_logit), dhidden(hidden0), dweights(weights);
-    cuda::moe_combine({dhidden.data(), n, H, k, dweights.data(), slot_of.data(), down.data(), H, dshared.data(), H,
-                       dsl.data(), 1},
+    cuda::moe_combine({dhidden.data(), n, H, k, dweights.data(), slot_of.data(), down.data(), H,
+                       dshared.data(), H, dsl.data(), 1},
                       nullptr);
 
     // CPU: the same chain, with the activation rounded to bf16 as the GPU feeds it to the GEMM.
@@ -295,15 +308,19 @@ TEST(Moe, GroupingGroupedGemmAndCombine) {
     for (int64_t t = 0; t < n; ++t) {
       const std::vector<float> xt(x.begin() + t * H, x.begin() + (t + 1) * H);
       float* wt = want.data() + t * H;
-      for (int64_t h = 0; h < H; ++h) wt[h] += sigmoid(shared_logit[static_cast<size_t>(t)]) * shared[static_cast<size_t>(t * H + h)];
+      for (int64_t h = 0; h < H; ++h)
+        wt[h] += sigmoid(shared_logit[static_cast<size_t>(t)]) * shared[static_cast<size_t>(t * H + h)];
       for (int j = 0; j < k; ++j) {
         const int e = ids[static_cast<size_t>(t * k + j)];
         const auto g_ = cpu_matmul(host[static_cast<size_t>(3 * e)].w, xt, 1);
         const auto u_ = cpu_matmul(host[static_cast<size_t>(3 * e + 1)].w, xt, 1);
         std::vector<float> h_(static_cast<size_t>(I));
-        for (int64_t i = 0; i < I; ++i) h_[static_cast<size_t>(i)] = round_to_bf16(silu(g_[static_cast<size_t>(i)]) * u_[static_cast<size_t>(i)]);
+        for (int64_t i = 0; i < I; ++i)
+          h_[static_cast<size_t>(i)] =
+              round_to_bf16(silu(g_[static_cast<size_t>(i)]) * u_[static_cast<size_t>(i)]);
         const auto d_ = cpu_matmul(host[static_cast<size_t>(3 * e + 2)].w, h_, 1);
-        for (int64_t h = 0; h < H; ++h) wt[h] += weights[static_cast<size_t>(t * k + j)] * d_[static_cast<size_t>(h)];
+        for (int64_t h = 0; h < H; ++h)
+          wt[h] += weights[static_cast<size_t>(t * k + j)] * d_[static_cast<size_t>(h)];
       }
     }
     EXPECT_LT(rel_err(dhidden.download(), want), 1e-2);
@@ -332,9 +349,11 @@ TEST(Norm, RmsNormGatedNormAndEmbedding) {
     const auto x = randn(static_cast<size_t>(n * ld), rng), z = randn(static_cast<size_t>(n * ld), rng);
     const auto w = randn(static_cast<size_t>(D), rng);
     std::vector<float> ref(x.size());
-    for (int64_t i = 0; i < n * heads; ++i) gated_rms_norm(x.data() + i * D, z.data() + i * D, w.data(), 1e-6f, D, ref.data() + i * D);
+    for (int64_t i = 0; i < n * heads; ++i)
+      gated_rms_norm(x.data() + i * D, z.data() + i * D, w.data(), 1e-6f, D, ref.data() + i * D);
     DeviceArray<float> dx(x), dz(z), dw(w), out(x.size());
-    cuda::gated_rms_norm_rows({dx.data(), ld, dz.data(), ld, n, heads, D, dw.data(), 1e-6f, out.data(), nullptr, ld}, nullptr);
+    cuda::gated_rms_norm_rows(
+        {dx.data(), ld, dz.data(), ld, n, heads, D, dw.data(), 1e-6f, out.data(), nullptr, ld}, nullptr);
     EXPECT_LT(rel_err(out.download(), ref), 1e-5);
   }
   for (WeightFormat f : {WeightFormat::kAffine4, WeightFormat::kAffine8, WeightFormat::kBF16}) {
@@ -361,12 +380,14 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
   for (const Shape s : {Shape{16, 32, 128, 128}, Shape{2, 4, 32, 32}, Shape{4, 8, 64, 64}}) {
     SCOPED_TRACE(fmt::format("Hk {} Hv {} Dk {} Dv {}", s.Hk, s.Hv, s.Dk, s.Dv));
     const int K = 4;
-    const int64_t key_dim = int64_t{s.Hk} * s.Dk, C = 2 * key_dim + int64_t{s.Hv} * s.Dv, Vt = int64_t{s.Hv} * s.Dv;
+    const int64_t key_dim = int64_t{s.Hk} * s.Dk, C = 2 * key_dim + int64_t{s.Hv} * s.Dv,
+                  Vt = int64_t{s.Hv} * s.Dv;
     const auto conv_w = randn(static_cast<size_t>(C * K), rng, 0.5f);
     std::vector<float> a_neg(static_cast<size_t>(s.Hv)), dt_bias = randn(static_cast<size_t>(s.Hv), rng);
     std::uniform_real_distribution<float> ua(1.0f, 16.0f);
     for (float& v : a_neg) v = -ua(rng);
-    std::vector<float> conv_state(static_cast<size_t>((K - 1) * C), 0.0f), rec(static_cast<size_t>(Vt * s.Dk), 0.0f);
+    std::vector<float> conv_state(static_cast<size_t>((K - 1) * C), 0.0f),
+        rec(static_cast<size_t>(Vt * s.Dk), 0.0f);
     DeviceArray<float> d_conv_w(conv_w), d_a_neg(a_neg), d_dt(dt_bias), d_conv_state(conv_state), d_rec(rec);
     for (int64_t n : {5, 1, 1, 130, 1, 64}) {
       SCOPED_TRACE(fmt::format("chunk of {}", n));
@@ -386,20 +407,28 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
       }
       for (int h = 0; h < s.Hv; ++h) {
         const int64_t kh = h / (s.Hv / s.Hk);
-        DeltaNetHeadScan scan{conv.data() + kh * s.Dk, conv.data() + key_dim + kh * s.Dk, C,
-                              conv.data() + 2 * key_dim + int64_t{h} * s.Dv, C, decay.data() + h, beta.data() + h, s.Hv,
-                              o.data() + int64_t{h} * s.Dv, Vt};
+        DeltaNetHeadScan scan{conv.data() + kh * s.Dk,
+                              conv.data() + key_dim + kh * s.Dk,
+                              C,
+                              conv.data() + 2 * key_dim + int64_t{h} * s.Dv,
+                              C,
+                              decay.data() + h,
+                              beta.data() + h,
+                              s.Hv,
+                              o.data() + int64_t{h} * s.Dv,
+                              Vt};
         deltanet_scan_head(scan, n, s.Dk, s.Dv, rec.data() + int64_t{h} * s.Dv * s.Dk, kVectorOpsReference);
       }
       // GPU.
       DeviceArray<float> d_qkv(qkv), d_b(b), d_a(a), d_conv(qkv.size()), d_beta(b.size()), d_decay(b.size()),
           d_o(o.size());
-      cuda::deltanet_conv({d_qkv.data(), C, n, C, d_conv_w.data(), K, d_conv_state.data(), d_conv.data(), C}, nullptr);
-      cuda::deltanet_prepare({d_conv.data(), C, n, s.Hk, s.Dk, s.Hv, d_b.data(), d_a.data(), s.Hv, d_a_neg.data(),
-                              d_dt.data(), d_beta.data(), d_decay.data()},
+      cuda::deltanet_conv({d_qkv.data(), C, n, C, d_conv_w.data(), K, d_conv_state.data(), d_conv.data(), C},
+                          nullptr);
+      cuda::deltanet_prepare({d_conv.data(), C, n, s.Hk, s.Dk, s.Hv, d_b.data(), d_a.data(), s.Hv,
+                              d_a_neg.data(), d_dt.data(), d_beta.data(), d_decay.data()},
                              nullptr);
-      cuda::deltanet_scan({d_conv.data(), C, d_beta.data(), d_decay.data(), n, s.Hk, s.Hv, s.Dk, s.Dv, d_rec.data(),
-                           d_o.data(), Vt},
+      cuda::deltanet_scan({d_conv.data(), C, d_beta.data(), d_decay.data(), n, s.Hk, s.Hv, s.Dk, s.Dv,
+                           d_rec.data(), d_o.data(), Vt},
                           nullptr);
       EXPECT_LT(rel_err(d_conv.download(), conv), 1e-5);
       EXPECT_LT(rel_err(d_beta.download(), beta), 1e-6);
@@ -434,7 +463,8 @@ TEST(Attention, PrepNormRopeAndCacheAppend) {
   for (const AttnShape s : {AttnShape{16, 2, 256}, AttnShape{4, 2, 32}}) {
     SCOPED_TRACE(fmt::format("{} q heads, {} kv heads, head_dim {}", s.nq, s.nkv, s.hd));
     const int rd = s.hd / 4;
-    const int64_t n = 21, pos0 = 100000, cap = pos0 + n, q_stride = 2 * s.hd, q_rows = s.nq * q_stride, kvr = s.nkv * s.hd;
+    const int64_t n = 21, pos0 = 100000, cap = pos0 + n, q_stride = 2 * s.hd, q_rows = s.nq * q_stride,
+                  kvr = s.nkv * s.hd;
     const auto qg = randn(static_cast<size_t>(n * q_rows), rng), k = randn(static_cast<size_t>(n * kvr), rng),
                v = randn(static_cast<size_t>(n * kvr), rng);
     const auto qn = randn(static_cast<size_t>(s.hd), rng), kn = randn(static_cast<size_t>(s.hd), rng);
@@ -442,11 +472,14 @@ TEST(Attention, PrepNormRopeAndCacheAppend) {
     std::vector<float> inv(static_cast<size_t>(rd / 2));
     for (int i = 0; i < rd / 2; ++i)
       inv[static_cast<size_t>(i)] = 1.0f / std::pow(1e7f, static_cast<float>(2 * i) / static_cast<float>(rd));
-    DeviceArray<float> dqg(qg), dk(k), dv(v), dqn(qn), dkn(kn), dinv(inv), dq(static_cast<size_t>(n * s.nq * s.hd));
+    DeviceArray<float> dqg(qg), dk(k), dv(v), dqn(qn), dkn(kn), dinv(inv),
+        dq(static_cast<size_t>(n * s.nq * s.hd));
     DeviceArray<uint16_t> kc(static_cast<size_t>(s.nkv * cap * s.hd)), vc(kc.size());
-    cuda::attention_prep({dqg.data(), q_rows, q_stride, dk.data(), dv.data(), kvr, n, pos0, nullptr, s.nq, s.nkv, s.hd,
-                          rd, dqn.data(), dkn.data(), 1e-6f, dinv.data(), dq.data(), nullptr, kc.data(), vc.data(), cap},
-                         nullptr);
+    cuda::attention_prep(
+        {dqg.data(),  q_rows,    q_stride, dk.data(), dv.data(), kvr,        n,          pos0,
+         nullptr,     s.nq,      s.nkv,    s.hd,      rd,        dqn.data(), dkn.data(), 1e-6f,
+         dinv.data(), dq.data(), nullptr,  kc.data(), vc.data(), cap},
+        nullptr);
     const auto q_out = dq.download();
     const auto k_out = from_bf16(kc.download()), v_out = from_bf16(vc.download());
     std::vector<float> q_ref(q_out.size()), q_got(q_out.size()), k_ref, k_got, v_ref, v_got;
@@ -499,8 +532,8 @@ TEST(Attention, DecodeMatchesAttend) {
       std::vector<float> ref(out.size()), scores(static_cast<size_t>(len));
       for (int h = 0; h < s.nq; ++h) {
         float* o = ref.data() + h * s.hd;
-        attend(q.data() + h * s.hd, cache.head(h / (s.nq / s.nkv), cap, s.hd), len, s.hd, scale, scores.data(), o,
-               kVectorOpsReference);
+        attend(q.data() + h * s.hd, cache.head(h / (s.nq / s.nkv), cap, s.hd), len, s.hd, scale,
+               scores.data(), o, kVectorOpsReference);
         for (int d = 0; d < s.hd; ++d) o[d] *= sigmoid(gate[static_cast<size_t>(h * q_stride + s.hd + d)]);
       }
       EXPECT_LT(rel_err(out.download(), ref), 1e-5);
@@ -511,14 +544,16 @@ TEST(Attention, DecodeMatchesAttend) {
 TEST(Attention, PrefillMatchesAttendPerRow) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
-  for (const AttnShape s : {AttnShape{16, 2, 256}, AttnShape{4, 2, 32}, AttnShape{8, 2, 128}, AttnShape{4, 1, 64}}) {
+  for (const AttnShape s :
+       {AttnShape{16, 2, 256}, AttnShape{4, 2, 32}, AttnShape{8, 2, 128}, AttnShape{4, 1, 64}}) {
     for (auto [pos0, n] : {std::pair<int64_t, int64_t>{0, 1}, {0, 100}, {37, 64}, {300, 130}, {2000, 3}}) {
       SCOPED_TRACE(fmt::format("{}/{} heads x {}, rows [{}, {})", s.nq, s.nkv, s.hd, pos0, pos0 + n));
       const int64_t cap = pos0 + n, q_stride = 2 * s.hd, ld_gate = s.nq * q_stride;
       const HostCache cache = random_cache(s, cap, rng);
       const auto q = round_bf16(randn(static_cast<size_t>(n * s.nq * s.hd), rng, 2.0f));
       const auto gate = randn(static_cast<size_t>(n * ld_gate), rng);
-      DeviceArray<uint16_t> dq(to_bf16(q)), kc(cache.k), vc(cache.v), out(static_cast<size_t>(n * s.nq * s.hd));
+      DeviceArray<uint16_t> dq(to_bf16(q)), kc(cache.k), vc(cache.v),
+          out(static_cast<size_t>(n * s.nq * s.hd));
       DeviceArray<float> dgate(gate);
       const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
       cuda::attention_prefill({dq.data(), kc.data(), vc.data(), cap, n, pos0, s.nq, s.nkv, s.hd, scale,
@@ -528,9 +563,10 @@ TEST(Attention, PrefillMatchesAttendPerRow) {
       for (int64_t t = 0; t < n; ++t)
         for (int h = 0; h < s.nq; ++h) {
           float* o = ref.data() + (t * s.nq + h) * s.hd;
-          attend(q.data() + (t * s.nq + h) * s.hd, cache.head(h / (s.nq / s.nkv), cap, s.hd), pos0 + t + 1, s.hd, scale,
-                 scores.data(), o, kVectorOpsReference);
-          for (int d = 0; d < s.hd; ++d) o[d] *= sigmoid(gate[static_cast<size_t>(t * ld_gate + h * q_stride + s.hd + d)]);
+          attend(q.data() + (t * s.nq + h) * s.hd, cache.head(h / (s.nq / s.nkv), cap, s.hd), pos0 + t + 1,
+                 s.hd, scale, scores.data(), o, kVectorOpsReference);
+          for (int d = 0; d < s.hd; ++d)
+            o[d] *= sigmoid(gate[static_cast<size_t>(t * ld_gate + h * q_stride + s.hd + d)]);
         }
       EXPECT_LT(rel_err(from_bf16(out.download()), ref), 1.5e-2);
     }
@@ -550,7 +586,8 @@ SampleRun sample_many(const std::vector<float>& logits, const cuda::SamplingStat
   SampleRun r;
   for (int i = 0; i < draws; ++i) {
     token.poison();
-    cuda::sample_token({dl.data(), static_cast<int64_t>(logits.size()), state.data(), token.data(), pos.data()}, nullptr);
+    cuda::sample_token(
+        {dl.data(), static_cast<int64_t>(logits.size()), state.data(), token.data(), pos.data()}, nullptr);
     r.tokens.push_back(token.download()[0]);
   }
   r.position = pos.download()[0];
@@ -565,7 +602,8 @@ TEST(Sample, GreedyAndCutsAndDistribution) {
   auto logits = randn(248320, rng, 3.0f);
   const auto top = std::max_element(logits.begin(), logits.end());
   const int32_t best = static_cast<int32_t>(top - logits.begin());
-  logits[static_cast<size_t>(best) + 1 < logits.size() ? logits.size() - 1 : static_cast<size_t>(best)] = *top;
+  logits[static_cast<size_t>(best) + 1 < logits.size() ? logits.size() - 1 : static_cast<size_t>(best)] =
+      *top;
   logits[best == 17 ? 18 : 17] = NAN;
   const SampleRun g = sample_many(logits, {}, 3);
   EXPECT_EQ(g.tokens, (std::vector<int32_t>{best, best, best}));
@@ -573,10 +611,12 @@ TEST(Sample, GreedyAndCutsAndDistribution) {
   EXPECT_EQ(g.draws, 3u);
   // Cuts that leave one token: top-k 1, top-p ~0, min-p 1 (on logits without the tied maximum: tokens
   // tied exactly at a cut are all kept, see sample_cuda.h).
-  logits[static_cast<size_t>(best) + 1 < logits.size() ? logits.size() - 1 : static_cast<size_t>(best)] = 0.0f;
+  logits[static_cast<size_t>(best) + 1 < logits.size() ? logits.size() - 1 : static_cast<size_t>(best)] =
+      0.0f;
   logits[static_cast<size_t>(best)] = *std::max_element(logits.begin(), logits.end()) + 1.0f;
-  for (cuda::SamplingState st : {cuda::SamplingState{1.0f, 1, 1.0f, 0.0f, 7, 0}, cuda::SamplingState{1.0f, 0, 1e-6f, 0.0f, 7, 0},
-                                 cuda::SamplingState{2.0f, 0, 1.0f, 1.0f, 7, 0}})
+  for (cuda::SamplingState st :
+       {cuda::SamplingState{1.0f, 1, 1.0f, 0.0f, 7, 0}, cuda::SamplingState{1.0f, 0, 1e-6f, 0.0f, 7, 0},
+        cuda::SamplingState{2.0f, 0, 1.0f, 1.0f, 7, 0}})
     EXPECT_EQ(sample_many(logits, st, 5).tokens, std::vector<int32_t>(5, best));
 
   // A small vocabulary: empirical frequencies against the probabilities the host Sampler's rules give.
@@ -588,16 +628,19 @@ TEST(Sample, GreedyAndCutsAndDistribution) {
   const std::vector<Case> cases = {
       {{1.0f, 0, 1.0f, 0.0f, 1, 0}, {0, 1, 2, 3, 4, 5, 6, 7}},
       {{0.7f, 3, 1.0f, 0.0f, 2, 0}, {1, 7, 3}},
-      {{1.0f, 0, 0.6f, 0.0f, 3, 0}, {1, 7, 3}},  // p sorted: .29 .21 .18 (.68 >= .6 after three)
+      {{1.0f, 0, 0.6f, 0.0f, 3, 0}, {1, 7, 3}},     // p sorted: .29 .21 .18 (.68 >= .6 after three)
       {{1.3f, 0, 1.0f, 0.4f, 4, 0}, {1, 7, 3, 5}},  // p >= 0.4 · p_max
   };
   for (const Case& c : cases) {
-    SCOPED_TRACE(fmt::format("T {} top_k {} top_p {} min_p {}", c.st.temperature, c.st.top_k, c.st.top_p, c.st.min_p));
+    SCOPED_TRACE(
+        fmt::format("T {} top_k {} top_p {} min_p {}", c.st.temperature, c.st.top_k, c.st.top_p, c.st.min_p));
     const int n = 6000;
     const SampleRun r = sample_many(small, c.st, n);
     std::vector<double> want(small.size(), 0.0);
     double total = 0;
-    for (int id : c.allowed) total += want[static_cast<size_t>(id)] = std::exp((small[static_cast<size_t>(id)] - 2.5) / c.st.temperature);
+    for (int id : c.allowed)
+      total += want[static_cast<size_t>(id)] =
+          std::exp((small[static_cast<size_t>(id)] - 2.5) / c.st.temperature);
     std::vector<int> count(small.size(), 0);
     for (int32_t t : r.tokens) {
       ASSERT_GE(t, 0);

@@ -40,7 +40,8 @@ std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
   return out;
 }
 
-HostMatrix random_matrix(WeightFormat format, int64_t rows, int64_t cols, int group_size, std::mt19937_64& rng) {
+HostMatrix random_matrix(WeightFormat format, int64_t rows, int64_t cols, int group_size,
+                         std::mt19937_64& rng) {
   HostMatrix h;
   WeightMatrix& w = h.w;
   w.format = format;

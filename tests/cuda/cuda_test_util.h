@@ -52,7 +52,8 @@ struct HostMatrix {
   std::vector<uint8_t> data, scales, biases;
   WeightMatrix w;
 };
-HostMatrix random_matrix(WeightFormat format, int64_t rows, int64_t cols, int group_size, std::mt19937_64& rng);
+HostMatrix random_matrix(WeightFormat format, int64_t rows, int64_t cols, int group_size,
+                         std::mt19937_64& rng);
 
 std::vector<float> randn(size_t n, std::mt19937_64& rng, float scale = 1.0f);
 std::vector<float> round_bf16(std::vector<float> v);

@@ -5,11 +5,11 @@
 //   DeltaNet layers   conv window [K-1, channels] and recurrent state [Hv, Dv, Dk], f32
 //
 // prefill runs in chunks: f32 residual stream, bf16 activations into the tensor-core GEMMs (the
-// router excepted: f32, so expert choices match decode), every MoE grouping step on the device. decode runs one row with f32 activations through the GEMV
-// kernels; the whole step (embedding .. lm_head .. token choice) is one CUDA graph, captured at the
-// first decode and replayed: it reads the input token and the position from device memory, and its
-// last kernel writes the chosen token into that input slot and advances the position, so the host
-// only copies the token (or the logits) back.
+// router excepted: f32, so expert choices match decode), every MoE grouping step on the device. decode runs
+// one row with f32 activations through the GEMV kernels; the whole step (embedding .. lm_head .. token
+// choice) is one CUDA graph, captured at the first decode and replayed: it reads the input token and the
+// position from device memory, and its last kernel writes the chosen token into that input slot and advances
+// the position, so the host only copies the token (or the logits) back.
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -31,7 +31,7 @@ namespace {
 
 using namespace cuda;
 
-constexpr int kAttentionSplits = 64;     // decode attention: context ranges per kv head
+constexpr int kAttentionSplits = 64;        // decode attention: context ranges per kv head
 constexpr int64_t kLogitRowsPerPass = 256;  // prefill with every row's logits: lm_head rows per GEMM
 
 // Fixed buffers of one decode step (the graph captures their addresses).
@@ -39,8 +39,8 @@ struct DecodeScratch {
   int32_t* token;     // [1] the step's input; the sampler writes the next one here
   int32_t* position;  // [1] position of the input token
   SamplingState* sampling;
-  float *x, *normed;       // [H]
-  float* proj;             // [4, proj_stride]: the stacked projections of a mixer
+  float *x, *normed;                                // [H]
+  float* proj;                                      // [4, proj_stride]: the stacked projections of a mixer
   float *conv, *beta, *decay, *dn_out, *dn_normed;  // DeltaNet
   float *q, *partial, *att_out;                     // attention
   float* router;                                    // [E + 1]: router logits, then the shared gate logit
@@ -52,10 +52,10 @@ struct DecodeScratch {
 // Buffers of one prefill chunk of up to `rows` rows.
 struct PrefillScratch {
   int32_t* tokens;
-  float* hidden;       // [n, H]
-  uint16_t* normed;    // [n, H] bf16
-  float* normed_f32;   // [n, H]: the MoE input again, for the f32 router
-  float *qg, *k, *v;   // attention projections
+  float* hidden;      // [n, H]
+  uint16_t* normed;   // [n, H] bf16
+  float* normed_f32;  // [n, H]: the MoE input again, for the f32 router
+  float *qg, *k, *v;  // attention projections
   uint16_t *q16, *att16;
   float *qkv, *z, *b, *a, *conv, *beta, *decay, *dn_out;  // DeltaNet
   uint16_t* dn16;
@@ -78,7 +78,8 @@ class CudaBackend final : public Backend {
     if (options.kv_dtype != KvDtype::kBF16) fail("--kv-type: the CUDA backend keeps its KV cache in bf16");
     if (cfg_.n_heads % cfg_.n_kv_heads != 0) fail("n_heads must be a multiple of n_kv_heads");
     if (cfg_.expert_dim % kGemmTileRows != 0)
-      fail("moe_intermediate_size {} must be a multiple of {} for the CUDA backend", cfg_.expert_dim, kGemmTileRows);
+      fail("moe_intermediate_size {} must be a multiple of {} for the CUDA backend", cfg_.expert_dim,
+           kGemmTileRows);
     check(cudaSetDevice(0), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaEventCreateWithFlags(&token_ready_, cudaEventDisableTiming), "cudaEventCreate");
@@ -121,7 +122,8 @@ class CudaBackend final : public Backend {
     return m;
   }
 
-  void prefill(std::span<const int32_t> tokens, std::span<float> logits, const PrefillOptions& options) override {
+  void prefill(std::span<const int32_t> tokens, std::span<float> logits,
+               const PrefillOptions& options) override {
     const size_t V = static_cast<size_t>(cfg_.vocab_size);
     check_tokens(tokens);
     if (options.chunk <= 0) fail("prefill chunk must be positive, got {}", options.chunk);
@@ -160,11 +162,13 @@ class CudaBackend final : public Backend {
     if (s.temperature != sampling_.temperature || s.top_k != sampling_.top_k || s.top_p != sampling_.top_p ||
         s.min_p != sampling_.min_p || s.seed != sampling_.seed) {
       sampling_ = SamplingState{s.temperature, s.top_k, s.top_p, s.min_p, s.seed, sampling_.draws};
-      check(cudaMemcpyAsync(d_.sampling, &sampling_, sizeof sampling_, cudaMemcpyHostToDevice, stream_), "sampling");
+      check(cudaMemcpyAsync(d_.sampling, &sampling_, sizeof sampling_, cudaMemcpyHostToDevice, stream_),
+            "sampling");
       sync();  // sampling_ is pageable host memory the copy reads
     }
     run_step(token);
-    check(cudaMemcpyAsync(host_token_, d_.token, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "decode: token");
+    check(cudaMemcpyAsync(host_token_, d_.token, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+          "decode: token");
     check(cudaEventRecord(token_ready_, stream_), "decode: event");
     check(cudaEventSynchronize(token_ready_), "decode: token");
     *next = device_token_ = *host_token_;
@@ -177,15 +181,17 @@ class CudaBackend final : public Backend {
     return static_cast<size_t>(cfg_.conv_kernel - 1) * static_cast<size_t>(cfg_.conv_channels());
   }
   size_t recurrent_state_floats() const {
-    return static_cast<size_t>(cfg_.lin_n_v_heads) * static_cast<size_t>(cfg_.lin_v_dim) * static_cast<size_t>(cfg_.lin_k_dim);
+    return static_cast<size_t>(cfg_.lin_n_v_heads) * static_cast<size_t>(cfg_.lin_v_dim) *
+           static_cast<size_t>(cfg_.lin_k_dim);
   }
   size_t kv_elems() const {
-    return static_cast<size_t>(cfg_.n_kv_heads) * static_cast<size_t>(max_context_) * static_cast<size_t>(cfg_.head_dim);
+    return static_cast<size_t>(cfg_.n_kv_heads) * static_cast<size_t>(max_context_) *
+           static_cast<size_t>(cfg_.head_dim);
   }
   int64_t imax() const { return std::max(cfg_.expert_dim, cfg_.shared_expert_dim); }
   int64_t proj_stride() const {
-    return std::max({cfg_.conv_channels(), cfg_.lin_v_total(), cfg_.q_proj_rows(), int64_t{cfg_.n_kv_heads} * cfg_.head_dim,
-                     int64_t{cfg_.lin_n_v_heads}});
+    return std::max({cfg_.conv_channels(), cfg_.lin_v_total(), cfg_.q_proj_rows(),
+                     int64_t{cfg_.n_kv_heads} * cfg_.head_dim, int64_t{cfg_.lin_n_v_heads}});
   }
 
   void allocate_state() {
@@ -199,7 +205,8 @@ class CudaBackend final : public Backend {
           kv_cache_.push_back({c.take<uint16_t>(kv_elems()), c.take<uint16_t>(kv_elems())});
         } else {
           slot_.push_back(static_cast<int>(deltanet_state_.size()));
-          deltanet_state_.push_back({c.take<float>(conv_state_floats()), c.take<float>(recurrent_state_floats())});
+          deltanet_state_.push_back(
+              {c.take<float>(conv_state_floats()), c.take<float>(recurrent_state_floats())});
         }
       }
     };
@@ -244,7 +251,8 @@ class CudaBackend final : public Backend {
     decode_buf_ = DeviceBuffer(sizing.used());
     Carver real(decode_buf_.data());
     carve(real);
-    check(cudaMemcpyAsync(d_.sampling, &sampling_, sizeof sampling_, cudaMemcpyHostToDevice, stream_), "sampling");
+    check(cudaMemcpyAsync(d_.sampling, &sampling_, sizeof sampling_, cudaMemcpyHostToDevice, stream_),
+          "sampling");
     sync();
   }
 
@@ -252,8 +260,10 @@ class CudaBackend final : public Backend {
     if (rows <= prefill_rows_) return;
     prefill_buf_ = DeviceBuffer();  // free the smaller one first
     const int64_t H = cfg_.hidden_size, E = cfg_.n_experts, k = cfg_.n_experts_per_tok, I = cfg_.expert_dim,
-                  S = cfg_.shared_expert_dim, C = cfg_.conv_channels(), Vt = cfg_.lin_v_total(), Hv = cfg_.lin_n_v_heads;
-    const int64_t nq_hd = int64_t{cfg_.n_heads} * cfg_.head_dim, kvr = int64_t{cfg_.n_kv_heads} * cfg_.head_dim;
+                  S = cfg_.shared_expert_dim, C = cfg_.conv_channels(), Vt = cfg_.lin_v_total(),
+                  Hv = cfg_.lin_n_v_heads;
+    const int64_t nq_hd = int64_t{cfg_.n_heads} * cfg_.head_dim,
+                  kvr = int64_t{cfg_.n_kv_heads} * cfg_.head_dim;
     const int64_t n = rows, pairs = rows * k;
     auto carve = [&](Carver& c) {
       const auto u = [](int64_t v) { return static_cast<size_t>(v); };
@@ -307,7 +317,8 @@ class CudaBackend final : public Backend {
 
   void set_device_position() {
     host_position_ = static_cast<int32_t>(position_);
-    check(cudaMemcpyAsync(d_.position, &host_position_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "position");
+    check(cudaMemcpyAsync(d_.position, &host_position_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+          "position");
   }
 
   void note_device_used() {
@@ -318,10 +329,11 @@ class CudaBackend final : public Backend {
 
   void check_tokens(std::span<const int32_t> tokens) const {
     for (int32_t t : tokens)
-      if (t < 0 || t >= cfg_.vocab_size) fail("token id {} is out of range (vocab size {})", t, cfg_.vocab_size);
+      if (t < 0 || t >= cfg_.vocab_size)
+        fail("token id {} is out of range (vocab size {})", t, cfg_.vocab_size);
     if (position_ + static_cast<int64_t>(tokens.size()) > max_context_)
-      fail("context overflow: {} tokens in the sequence + {} new exceed the context size {}", position_, tokens.size(),
-           max_context_);
+      fail("context overflow: {} tokens in the sequence + {} new exceed the context size {}", position_,
+           tokens.size(), max_context_);
   }
 
   void gemv_one(const DeviceMatrix& m, const float* x, float* y, bool accumulate) {
@@ -355,10 +367,11 @@ class CudaBackend final : public Backend {
   }
 
   // Problem p: mats[p] · x -> y + p·y_stride, one launch when the formats agree.
-  void gemv_stack(std::initializer_list<DeviceMatrix> mats, const DeviceMatrix* table, const float* x, float* y,
-                  int64_t y_stride) {
+  void gemv_stack(std::initializer_list<DeviceMatrix> mats, const DeviceMatrix* table, const float* x,
+                  float* y, int64_t y_stride) {
     const DeviceMatrix& first = *mats.begin();
-    const bool uniform = std::all_of(mats.begin(), mats.end(), [&](const DeviceMatrix& m) { return same_format(m, first); });
+    const bool uniform =
+        std::all_of(mats.begin(), mats.end(), [&](const DeviceMatrix& m) { return same_format(m, first); });
     if (!uniform) {
       int64_t p = 0;
       for (const DeviceMatrix& m : mats) gemv_one(m, x, y + y_stride * p++, false);
@@ -368,7 +381,8 @@ class CudaBackend final : public Backend {
     a.table = table;
     a.problems = static_cast<int>(mats.size());
     a.format = first.format;
-    for (const DeviceMatrix& m : mats) a.max_rows = std::max(a.max_rows, m.rows), a.max_cols = std::max(a.max_cols, m.cols);
+    for (const DeviceMatrix& m : mats)
+      a.max_rows = std::max(a.max_rows, m.rows), a.max_cols = std::max(a.max_cols, m.cols);
     a.x = x;
     a.y = y;
     a.y_stride = y_stride;
@@ -395,7 +409,8 @@ class CudaBackend final : public Backend {
   void run_step(int32_t token) {
     if (token != device_token_) {  // the device slot holds the last sampled token already
       host_token_in_ = token;
-      check(cudaMemcpyAsync(d_.token, &host_token_in_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "token");
+      check(cudaMemcpyAsync(d_.token, &host_token_in_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+            "token");
     }
     if (use_graph_) {
       if (!graph_) capture_step();
@@ -449,13 +464,43 @@ class CudaBackend final : public Backend {
     const int64_t q_stride = cfg_.attn_output_gate ? 2 * hd : hd;
     gemv_stack({w.q, w.k, w.v}, w.qkv_table, d_.normed, d_.proj, ps);
     const auto& [kc, vc] = kv_cache_[static_cast<size_t>(slot)];
-    AttentionPrepArgs prep{d_.proj, 0, q_stride, d_.proj + ps, d_.proj + 2 * ps, 0, 1, 0, d_.position,
-                           cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim, cfg_.rotary_dim, w.q_norm, w.k_norm,
-                           cfg_.rms_norm_eps, weights_.rope_inv_freq, d_.q, nullptr, kc, vc, max_context_};
+    AttentionPrepArgs prep{d_.proj,
+                           0,
+                           q_stride,
+                           d_.proj + ps,
+                           d_.proj + 2 * ps,
+                           0,
+                           1,
+                           0,
+                           d_.position,
+                           cfg_.n_heads,
+                           cfg_.n_kv_heads,
+                           cfg_.head_dim,
+                           cfg_.rotary_dim,
+                           w.q_norm,
+                           w.k_norm,
+                           cfg_.rms_norm_eps,
+                           weights_.rope_inv_freq,
+                           d_.q,
+                           nullptr,
+                           kc,
+                           vc,
+                           max_context_};
     attention_prep(prep, stream_);
-    AttentionDecodeArgs at{d_.q, kc, vc, max_context_, d_.position, cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim,
-                           1.0f / std::sqrt(static_cast<float>(hd)), kAttentionSplits, d_.partial,
-                           cfg_.attn_output_gate ? d_.proj + hd : nullptr, q_stride, d_.att_out};
+    AttentionDecodeArgs at{d_.q,
+                           kc,
+                           vc,
+                           max_context_,
+                           d_.position,
+                           cfg_.n_heads,
+                           cfg_.n_kv_heads,
+                           cfg_.head_dim,
+                           1.0f / std::sqrt(static_cast<float>(hd)),
+                           kAttentionSplits,
+                           d_.partial,
+                           cfg_.attn_output_gate ? d_.proj + hd : nullptr,
+                           q_stride,
+                           d_.att_out};
     attention_decode(at, stream_);
     gemv_one(w.o, d_.att_out, d_.x, true);
   }
@@ -464,15 +509,16 @@ class CudaBackend final : public Backend {
     const int64_t ps = proj_stride();
     gemv_stack({w.qkv, w.z, w.b, w.a}, w.proj_table, d_.normed, d_.proj, ps);
     const auto& [conv_state, rec_state] = deltanet_state_[static_cast<size_t>(slot)];
-    deltanet_conv({d_.proj, 0, 1, cfg_.conv_channels(), w.conv, cfg_.conv_kernel, conv_state, d_.conv, 0}, stream_);
+    deltanet_conv({d_.proj, 0, 1, cfg_.conv_channels(), w.conv, cfg_.conv_kernel, conv_state, d_.conv, 0},
+                  stream_);
     deltanet_prepare({d_.conv, 0, 1, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, d_.proj + 2 * ps,
                       d_.proj + 3 * ps, 0, w.a_neg, w.dt_bias, d_.beta, d_.decay},
                      stream_);
     deltanet_scan({d_.conv, 0, d_.beta, d_.decay, 1, cfg_.lin_n_k_heads, cfg_.lin_n_v_heads, cfg_.lin_k_dim,
                    cfg_.lin_v_dim, rec_state, d_.dn_out, 0},
                   stream_);
-    gated_rms_norm_rows({d_.dn_out, 0, d_.proj + ps, 0, 1, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm, cfg_.rms_norm_eps,
-                         d_.dn_normed, nullptr, 0},
+    gated_rms_norm_rows({d_.dn_out, 0, d_.proj + ps, 0, 1, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm,
+                         cfg_.rms_norm_eps, d_.dn_normed, nullptr, 0},
                         stream_);
     gemv_one(w.out, d_.dn_normed, d_.x, true);
   }
@@ -480,10 +526,11 @@ class CudaBackend final : public Backend {
   void decode_moe(const CudaMoeWeights& w) {
     const int64_t H = cfg_.hidden_size, E = cfg_.n_experts, k = cfg_.n_experts_per_tok, Im = imax();
     gemv_stack({w.router, w.shared_gate}, w.route_table, d_.normed, d_.router, E);
-    moe_route_decode(d_.router, static_cast<int>(E), static_cast<int>(k), d_.ids, d_.weights, d_.gate_up_index,
-                     d_.down_index, stream_);
+    moe_route_decode(d_.router, static_cast<int>(E), static_cast<int>(k), d_.ids, d_.weights,
+                     d_.gate_up_index, d_.down_index, stream_);
     // gate|up rows: [gate of the k experts | up of the k experts | shared gate | shared up].
-    const bool shared_too = same_format(w.shared_gate_proj, w.shared_up) && w.shared_gate_proj.format == w.expert_format &&
+    const bool shared_too = same_format(w.shared_gate_proj, w.shared_up) &&
+                            w.shared_gate_proj.format == w.expert_format &&
                             w.shared_down.format == w.expert_format;
     GemvArgs gu;
     gu.table = w.experts;
@@ -501,8 +548,8 @@ class CudaBackend final : public Backend {
       gemv_one(w.shared_up, d_.normed, d_.gate_up + (2 * k + 1) * Im, false);
     }
     swiglu(d_.gate_up, d_.gate_up + k * Im, Im, k, cfg_.expert_dim, d_.act, Im, false, stream_);
-    swiglu(d_.gate_up + 2 * k * Im, d_.gate_up + (2 * k + 1) * Im, Im, 1, cfg_.shared_expert_dim, d_.act + k * Im, Im,
-           false, stream_);
+    swiglu(d_.gate_up + 2 * k * Im, d_.gate_up + (2 * k + 1) * Im, Im, 1, cfg_.shared_expert_dim,
+           d_.act + k * Im, Im, false, stream_);
     GemvArgs dn;
     dn.table = w.experts;
     dn.index = d_.down_index;
@@ -516,7 +563,9 @@ class CudaBackend final : public Backend {
     dn.y_stride = H;
     gemv(dn, stream_);
     if (!shared_too) gemv_one(w.shared_down, d_.act + k * Im, d_.down + k * H, false);
-    MoeCombine c{d_.x, 1, H, static_cast<int>(k), d_.weights, nullptr, d_.down, H, d_.down + k * H, H, d_.router + E, 1};
+    MoeCombine c{d_.x,          1,       H, static_cast<int>(k), d_.weights,
+                 nullptr,       d_.down, H, d_.down + k * H,     H,
+                 d_.router + E, 1};
     moe_combine(c, stream_);
   }
 
@@ -524,7 +573,8 @@ class CudaBackend final : public Backend {
   void forward_chunk(const int32_t* tokens, int64_t n, const LayerObserver& observer) {
     const int64_t H = cfg_.hidden_size;
     const float eps = cfg_.rms_norm_eps;
-    check(cudaMemcpyAsync(p_.tokens, tokens, sizeof(int32_t) * static_cast<size_t>(n), cudaMemcpyHostToDevice, stream_),
+    check(cudaMemcpyAsync(p_.tokens, tokens, sizeof(int32_t) * static_cast<size_t>(n), cudaMemcpyHostToDevice,
+                          stream_),
           "prefill: tokens");
     embed_rows(weights_.embed, p_.tokens, n, p_.hidden, stream_);
     if (observer) observe(observer, 0, n);
@@ -545,8 +595,9 @@ class CudaBackend final : public Backend {
 
   void observe(const LayerObserver& observer, int stage, int64_t n) {
     std::vector<float> host(static_cast<size_t>(n * cfg_.hidden_size));
-    check(cudaMemcpyAsync(host.data(), p_.hidden, host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_),
-          "observer");
+    check(
+        cudaMemcpyAsync(host.data(), p_.hidden, host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+        "observer");
     sync();
     observer(stage, host.data(), n, position_);
   }
@@ -559,33 +610,64 @@ class CudaBackend final : public Backend {
     gemm_one(w.k, p_.normed, H, n, p_.k, kvr, false);
     gemm_one(w.v, p_.normed, H, n, p_.v, kvr, false);
     const auto& [kc, vc] = kv_cache_[static_cast<size_t>(slot)];
-    AttentionPrepArgs prep{p_.qg, q_rows, q_stride, p_.k, p_.v, kvr, n, position_, nullptr,
-                           cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim, cfg_.rotary_dim, w.q_norm, w.k_norm,
-                           cfg_.rms_norm_eps, weights_.rope_inv_freq, nullptr, p_.q16, kc, vc, max_context_};
+    AttentionPrepArgs prep{p_.qg,
+                           q_rows,
+                           q_stride,
+                           p_.k,
+                           p_.v,
+                           kvr,
+                           n,
+                           position_,
+                           nullptr,
+                           cfg_.n_heads,
+                           cfg_.n_kv_heads,
+                           cfg_.head_dim,
+                           cfg_.rotary_dim,
+                           w.q_norm,
+                           w.k_norm,
+                           cfg_.rms_norm_eps,
+                           weights_.rope_inv_freq,
+                           nullptr,
+                           p_.q16,
+                           kc,
+                           vc,
+                           max_context_};
     attention_prep(prep, stream_);
-    AttentionPrefillArgs at{p_.q16, kc, vc, max_context_, n, position_, cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim,
-                            1.0f / std::sqrt(static_cast<float>(hd)), cfg_.attn_output_gate ? p_.qg + hd : nullptr,
-                            q_rows, q_stride, p_.att16};
+    AttentionPrefillArgs at{p_.q16,
+                            kc,
+                            vc,
+                            max_context_,
+                            n,
+                            position_,
+                            cfg_.n_heads,
+                            cfg_.n_kv_heads,
+                            cfg_.head_dim,
+                            1.0f / std::sqrt(static_cast<float>(hd)),
+                            cfg_.attn_output_gate ? p_.qg + hd : nullptr,
+                            q_rows,
+                            q_stride,
+                            p_.att16};
     attention_prefill(at, stream_);
     gemm_one(w.o, p_.att16, nq_hd, n, p_.hidden, H, true);
   }
 
   void prefill_deltanet(const CudaDeltaNetWeights& w, int slot, int64_t n) {
-    const int64_t H = cfg_.hidden_size, C = cfg_.conv_channels(), Vt = cfg_.lin_v_total(), Hv = cfg_.lin_n_v_heads;
+    const int64_t H = cfg_.hidden_size, C = cfg_.conv_channels(), Vt = cfg_.lin_v_total(),
+                  Hv = cfg_.lin_n_v_heads;
     gemm_one(w.qkv, p_.normed, H, n, p_.qkv, C, false);
     gemm_one(w.z, p_.normed, H, n, p_.z, Vt, false);
     gemm_one(w.b, p_.normed, H, n, p_.b, Hv, false);
     gemm_one(w.a, p_.normed, H, n, p_.a, Hv, false);
     const auto& [conv_state, rec_state] = deltanet_state_[static_cast<size_t>(slot)];
     deltanet_conv({p_.qkv, C, n, C, w.conv, cfg_.conv_kernel, conv_state, p_.conv, C}, stream_);
-    deltanet_prepare({p_.conv, C, n, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, p_.b, p_.a, Hv, w.a_neg,
-                      w.dt_bias, p_.beta, p_.decay},
+    deltanet_prepare({p_.conv, C, n, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, p_.b, p_.a, Hv,
+                      w.a_neg, w.dt_bias, p_.beta, p_.decay},
                      stream_);
     deltanet_scan({p_.conv, C, p_.beta, p_.decay, n, cfg_.lin_n_k_heads, cfg_.lin_n_v_heads, cfg_.lin_k_dim,
                    cfg_.lin_v_dim, rec_state, p_.dn_out, Vt},
                   stream_);
-    gated_rms_norm_rows({p_.dn_out, Vt, p_.z, Vt, n, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm, cfg_.rms_norm_eps,
-                         nullptr, p_.dn16, Vt},
+    gated_rms_norm_rows({p_.dn_out, Vt, p_.z, Vt, n, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm,
+                         cfg_.rms_norm_eps, nullptr, p_.dn16, Vt},
                         stream_);
     gemm_one(w.out, p_.dn16, Vt, n, p_.hidden, H, true);
   }
@@ -634,8 +716,9 @@ class CudaBackend final : public Backend {
     gemm_one(w.shared_up, p_.normed, H, n, p_.shared_gate_up + S, 2 * S, false);
     swiglu(p_.shared_gate_up, p_.shared_gate_up + S, 2 * S, n, S, p_.shared_act, S, true, stream_);
     gemm_one(w.shared_down, p_.shared_act, S, n, p_.shared_down, H, false);
-    MoeCombine c{p_.hidden, n, H, static_cast<int>(k), p_.weights, p_.grouping.slot_of, p_.down, H, p_.shared_down, H,
-                 p_.shared_logit, 1};
+    MoeCombine c{p_.hidden,           n,       H, static_cast<int>(k), p_.weights,
+                 p_.grouping.slot_of, p_.down, H, p_.shared_down,      H,
+                 p_.shared_logit,     1};
     moe_combine(c, stream_);
   }
 
@@ -646,8 +729,8 @@ class CudaBackend final : public Backend {
     for (int64_t r0 = 0; r0 < n; r0 += kLogitRowsPerPass) {
       const int64_t rows = std::min(kLogitRowsPerPass, n - r0);
       gemm_one(weights_.lm_head, p_.normed + r0 * H, H, rows, p_.logits, V, false);
-      check(cudaMemcpyAsync(out + r0 * V, p_.logits, sizeof(float) * static_cast<size_t>(rows * V), cudaMemcpyDeviceToHost,
-                            stream_),
+      check(cudaMemcpyAsync(out + r0 * V, p_.logits, sizeof(float) * static_cast<size_t>(rows * V),
+                            cudaMemcpyDeviceToHost, stream_),
             "prefill: logits");
     }
   }
@@ -655,10 +738,11 @@ class CudaBackend final : public Backend {
   // The last row's logits, with f32 activations as decode computes them.
   void chunk_logits_last(int64_t n, float* out) {
     const int64_t H = cfg_.hidden_size;
-    rms_norm_rows(p_.hidden + (n - 1) * H, 1, H, weights_.final_norm, cfg_.rms_norm_eps, d_.normed, nullptr, stream_);
+    rms_norm_rows(p_.hidden + (n - 1) * H, 1, H, weights_.final_norm, cfg_.rms_norm_eps, d_.normed, nullptr,
+                  stream_);
     gemv_one(weights_.lm_head, d_.normed, d_.logits, false);
-    check(cudaMemcpyAsync(out, d_.logits, sizeof(float) * static_cast<size_t>(cfg_.vocab_size), cudaMemcpyDeviceToHost,
-                          stream_),
+    check(cudaMemcpyAsync(out, d_.logits, sizeof(float) * static_cast<size_t>(cfg_.vocab_size),
+                          cudaMemcpyDeviceToHost, stream_),
           "prefill: logits");
   }
 
@@ -668,14 +752,14 @@ class CudaBackend final : public Backend {
   bool use_graph_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t token_ready_ = nullptr;
-  int32_t* host_token_ = nullptr;  // pinned: the chosen token comes back here
+  int32_t* host_token_ = nullptr;                  // pinned: the chosen token comes back here
   int32_t host_token_in_ = 0, host_position_ = 0;  // sources of small host-to-device copies
   CudaModelWeights weights_;
 
   DeviceBuffer state_buf_;
-  std::vector<std::pair<uint16_t*, uint16_t*>> kv_cache_;      // per attention layer: K, V
-  std::vector<std::pair<float*, float*>> deltanet_state_;      // per DeltaNet layer: conv window, recurrent S
-  std::vector<int> slot_;                                      // per layer: index into one of the two
+  std::vector<std::pair<uint16_t*, uint16_t*>> kv_cache_;  // per attention layer: K, V
+  std::vector<std::pair<float*, float*>> deltanet_state_;  // per DeltaNet layer: conv window, recurrent S
+  std::vector<int> slot_;                                  // per layer: index into one of the two
 
   DeviceBuffer decode_buf_, prefill_buf_;
   DecodeScratch d_{};

@@ -37,7 +37,8 @@ class Planner {
   }
 
   size_t vector(const std::vector<float>& v) {
-    return add(v.size() * sizeof(float), [&v](uint8_t* dst) { std::memcpy(dst, v.data(), v.size() * sizeof(float)); });
+    return add(v.size() * sizeof(float),
+               [&v](uint8_t* dst) { std::memcpy(dst, v.data(), v.size() * sizeof(float)); });
   }
 
   // `name` only labels errors.
@@ -50,21 +51,23 @@ class Planner {
     p.m.cols = w.cols;
     if (w.is_affine()) {
       if (w.group_size % 32 != 0 || w.cols % w.group_size != 0)
-        fail("{}: group size {} does not suit the CUDA kernels (a multiple of 32 dividing {})", name, w.group_size, w.cols);
+        fail("{}: group size {} does not suit the CUDA kernels (a multiple of 32 dividing {})", name,
+             w.group_size, w.cols);
       p.m.format = w.format;
       p.m.group_size = w.group_size;
       p.m.row_bytes = w.cols * w.bits() / 8;
       const size_t row_bytes = static_cast<size_t>(p.m.row_bytes);
       p.data = add(row_bytes * static_cast<size_t>(w.rows), [w, row_bytes](uint8_t* dst) {
         for (int64_t r = 0; r < w.rows; ++r)
-          std::memcpy(dst + static_cast<size_t>(r) * row_bytes, w.data + static_cast<size_t>(r) * w.row_stride, row_bytes);
+          std::memcpy(dst + static_cast<size_t>(r) * row_bytes,
+                      w.data + static_cast<size_t>(r) * w.row_stride, row_bytes);
       });
       const size_t group_bytes = static_cast<size_t>(w.cols / w.group_size) * 2;
       auto copy_groups = [w, group_bytes](const uint8_t* src) {
         return [w, group_bytes, src](uint8_t* dst) {
           for (int64_t r = 0; r < w.rows; ++r)
-            std::memcpy(dst + static_cast<size_t>(r) * group_bytes, src + static_cast<size_t>(r) * w.group_stride,
-                        group_bytes);
+            std::memcpy(dst + static_cast<size_t>(r) * group_bytes,
+                        src + static_cast<size_t>(r) * w.group_stride, group_bytes);
         };
       };
       p.scales = add(group_bytes * static_cast<size_t>(w.rows), copy_groups(w.scales));
@@ -78,7 +81,9 @@ class Planner {
           const uint8_t* src = w.data + static_cast<size_t>(r) * w.row_stride;
           uint16_t* o = out + r * w.cols;
           switch (w.format) {
-            case WeightFormat::kBF16: std::memcpy(o, src, static_cast<size_t>(w.cols) * 2); break;
+            case WeightFormat::kBF16:
+              std::memcpy(o, src, static_cast<size_t>(w.cols) * 2);
+              break;
             case WeightFormat::kF16:
               for (int64_t c = 0; c < w.cols; ++c) o[c] = f32_to_bf16(f16_to_f32(load_u16(src + 2 * c)));
               break;
@@ -115,7 +120,8 @@ class Planner {
     size_t begin = 0, end = 0;  // device range [begin, end) staged, at staging + (offset - begin)
     auto flush = [&] {
       if (end > begin) {
-        check(cudaMemcpyAsync(base + begin, staging, end - begin, cudaMemcpyHostToDevice, stream), "weight upload");
+        check(cudaMemcpyAsync(base + begin, staging, end - begin, cudaMemcpyHostToDevice, stream),
+              "weight upload");
         check(cudaStreamSynchronize(stream), "weight upload");
       }
       begin = end = 0;
@@ -147,7 +153,9 @@ class Planner {
 
 }  // namespace
 
-bool same_format(const DeviceMatrix& a, const DeviceMatrix& b) { return a.format == b.format; }
+bool same_format(const DeviceMatrix& a, const DeviceMatrix& b) {
+  return a.format == b.format;
+}
 
 UploadedMatrix upload_matrix(const WeightMatrix& w, cudaStream_t stream) {
   Planner plan;
@@ -236,13 +244,14 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
     cl.input_norm = V(lp.input_norm);
     cl.post_norm = V(lp.post_norm);
     if (lp.vecs.size() == 2) {
-      CudaAttentionWeights a{M(lp.mats[0]), M(lp.mats[1]), M(lp.mats[2]), M(lp.mats[3]), nullptr, V(lp.vecs[0]), V(lp.vecs[1])};
+      CudaAttentionWeights a{M(lp.mats[0]), M(lp.mats[1]), M(lp.mats[2]), M(lp.mats[3]),
+                             nullptr,       V(lp.vecs[0]), V(lp.vecs[1])};
       refs[L].qkv = tables.size();
       tables.insert(tables.end(), {a.q, a.k, a.v});
       cl.mixer = a;
     } else {
-      CudaDeltaNetWeights d{M(lp.mats[0]), M(lp.mats[1]), M(lp.mats[2]),  M(lp.mats[3]), M(lp.mats[4]), nullptr,
-                            V(lp.vecs[0]), V(lp.vecs[1]), V(lp.vecs[2]), V(lp.vecs[3])};
+      CudaDeltaNetWeights d{M(lp.mats[0]), M(lp.mats[1]), M(lp.mats[2]), M(lp.mats[3]), M(lp.mats[4]),
+                            nullptr,       V(lp.vecs[0]), V(lp.vecs[1]), V(lp.vecs[2]), V(lp.vecs[3])};
       refs[L].proj = tables.size();
       tables.insert(tables.end(), {d.qkv, d.z, d.b, d.a});
       cl.mixer = d;
@@ -264,7 +273,8 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
     out.layers.push_back(cl);
   }
   out.tables = DeviceBuffer(tables.size() * sizeof(DeviceMatrix));
-  check(cudaMemcpy(out.tables.data(), tables.data(), tables.size() * sizeof(DeviceMatrix), cudaMemcpyHostToDevice),
+  check(cudaMemcpy(out.tables.data(), tables.data(), tables.size() * sizeof(DeviceMatrix),
+                   cudaMemcpyHostToDevice),
         "weight tables upload");
   const auto* t = reinterpret_cast<const DeviceMatrix*>(out.tables.data());
   for (size_t L = 0; L < layers.size(); ++L) {

@@ -17,27 +17,27 @@
 namespace qwick::cuda {
 
 struct CudaAttentionWeights {
-  DeviceMatrix q, k, v, o;          // shapes as AttentionWeights
-  const DeviceMatrix* qkv_table;    // device [3]: q, k, v (one gemv launch)
-  const float* q_norm;              // [head_dim], 1 + w
+  DeviceMatrix q, k, v, o;        // shapes as AttentionWeights
+  const DeviceMatrix* qkv_table;  // device [3]: q, k, v (one gemv launch)
+  const float* q_norm;            // [head_dim], 1 + w
   const float* k_norm;
 };
 
 struct CudaDeltaNetWeights {
-  DeviceMatrix qkv, z, b, a, out;   // shapes as DeltaNetWeights
-  const DeviceMatrix* proj_table;   // device [4]: qkv, z, b, a
-  const float* conv;                // [channels, K]
-  const float* a_neg;               // [Hv]
-  const float* dt_bias;             // [Hv]
-  const float* norm;                // [Dv]
+  DeviceMatrix qkv, z, b, a, out;  // shapes as DeltaNetWeights
+  const DeviceMatrix* proj_table;  // device [4]: qkv, z, b, a
+  const float* conv;               // [channels, K]
+  const float* a_neg;              // [Hv]
+  const float* dt_bias;            // [Hv]
+  const float* norm;               // [Dv]
 };
 
 struct CudaMoeWeights {
   DeviceMatrix router, shared_gate;  // [E, hidden], [1, hidden]
   const DeviceMatrix* route_table;   // device [2]: router, shared_gate
   DeviceMatrix shared_gate_proj, shared_up, shared_down;
-  const DeviceMatrix* experts;       // device [(E + 1) · 3]: gate, up, down of expert e at 3e; shared at 3E
-  WeightFormat expert_format;        // of every routed expert matrix
+  const DeviceMatrix* experts;  // device [(E + 1) · 3]: gate, up, down of expert e at 3e; shared at 3E
+  WeightFormat expert_format;   // of every routed expert matrix
 };
 
 struct CudaLayerWeights {

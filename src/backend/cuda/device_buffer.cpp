@@ -13,8 +13,12 @@ std::atomic<int64_t> g_held{0}, g_peak{0};
 
 }  // namespace
 
-int64_t device_bytes_held() { return g_held.load(); }
-int64_t device_bytes_peak() { return g_peak.load(); }
+int64_t device_bytes_held() {
+  return g_held.load();
+}
+int64_t device_bytes_peak() {
+  return g_peak.load();
+}
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : size_(bytes) {
   if (bytes == 0) return;

@@ -5,10 +5,15 @@
 
 namespace qwick {
 
-std::vector<std::string> built_devices() { return {"cpu", "cuda"}; }
-std::string default_device() { return cuda_device_count() > 0 ? "cuda" : "cpu"; }
+std::vector<std::string> built_devices() {
+  return {"cpu", "cuda"};
+}
+std::string default_device() {
+  return cuda_device_count() > 0 ? "cuda" : "cpu";
+}
 
-std::unique_ptr<Backend> make_backend(const std::string& device, const Model& model, const BackendOptions& options) {
+std::unique_ptr<Backend> make_backend(const std::string& device, const Model& model,
+                                      const BackendOptions& options) {
   if (device == "cpu") return make_cpu_backend(model, options);
   if (device == "cuda") {
     if (cuda_device_count() == 0) fail("--device cuda: no CUDA GPU is available");

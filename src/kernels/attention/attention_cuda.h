@@ -53,7 +53,7 @@ struct AttentionDecodeArgs {
   int n_heads, n_kv_heads, head_dim;
   float scale;
   int splits;
-  float* partial;  // [n_heads, splits, head_dim + 2] scratch
+  float* partial;     // [n_heads, splits, head_dim + 2] scratch
   const float* gate;  // head h's gate at gate + h·gate_stride, or null (no output gate)
   int64_t gate_stride;
   float* out;  // [n_heads · head_dim]
@@ -65,7 +65,7 @@ struct AttentionPrefillArgs {
   const uint16_t* k_cache;
   const uint16_t* v_cache;
   int64_t capacity;
-  int64_t n, pos0;  // rows at positions [pos0, pos0 + n); the cache holds [0, pos0 + n)
+  int64_t n, pos0;                    // rows at positions [pos0, pos0 + n); the cache holds [0, pos0 + n)
   int n_heads, n_kv_heads, head_dim;  // head_dim in {32, 64, 128, 256}
   float scale;
   const float* gate;  // row t, head h: gate + t·ld_gate + h·gate_stride; null: no output gate

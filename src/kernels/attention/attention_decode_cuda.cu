@@ -48,7 +48,8 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(AttentionDecodeArgs
   for (int64_t p = begin + warp; p < end; p += kWarps) {
     float kr[EPL], vr[EPL];
 #pragma unroll
-    for (int e = 0; e < EPL; ++e) kr[e] = bf16_to_f32(kbase[p * HD + e]), vr[e] = bf16_to_f32(vbase[p * HD + e]);
+    for (int e = 0; e < EPL; ++e)
+      kr[e] = bf16_to_f32(kbase[p * HD + e]), vr[e] = bf16_to_f32(vbase[p * HD + e]);
     float s[kMaxGroup];
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) {
@@ -82,7 +83,8 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(AttentionDecodeArgs
         const float m_new = fmaxf(m_old, m[g]);
         const float c_old = m_old == -INFINITY ? 0.0f : expf(m_old - m_new), c_new = expf(m[g] - m_new);
 #pragma unroll
-        for (int e = 0; e < EPL; ++e) acc_s[g][lane * EPL + e] = acc_s[g][lane * EPL + e] * c_old + acc[g][e] * c_new;
+        for (int e = 0; e < EPL; ++e)
+          acc_s[g][lane * EPL + e] = acc_s[g][lane * EPL + e] * c_old + acc[g][e] * c_new;
         __syncwarp();
         if (lane == 0) m_s[g] = m_new, l_s[g] = l_s[g] * c_old + l[g] * c_new;
         __syncwarp();
@@ -125,11 +127,20 @@ void attention_decode(const AttentionDecodeArgs& a, cudaStream_t stream) {
     check(cudaErrorInvalidValue, "attention_decode: at most 8 query heads per kv head");
   const dim3 grid(static_cast<unsigned>(a.n_kv_heads), static_cast<unsigned>(a.splits));
   switch (a.head_dim) {
-    case 32: decode_kernel<1><<<grid, kWarps * 32, 0, stream>>>(a); break;
-    case 64: decode_kernel<2><<<grid, kWarps * 32, 0, stream>>>(a); break;
-    case 128: decode_kernel<4><<<grid, kWarps * 32, 0, stream>>>(a); break;
-    case 256: decode_kernel<8><<<grid, kWarps * 32, 0, stream>>>(a); break;
-    default: check(cudaErrorInvalidValue, "attention_decode: head_dim must be 32, 64, 128 or 256");
+    case 32:
+      decode_kernel<1><<<grid, kWarps * 32, 0, stream>>>(a);
+      break;
+    case 64:
+      decode_kernel<2><<<grid, kWarps * 32, 0, stream>>>(a);
+      break;
+    case 128:
+      decode_kernel<4><<<grid, kWarps * 32, 0, stream>>>(a);
+      break;
+    case 256:
+      decode_kernel<8><<<grid, kWarps * 32, 0, stream>>>(a);
+      break;
+    default:
+      check(cudaErrorInvalidValue, "attention_decode: head_dim must be 32, 64, 128 or 256");
   }
   check_launch("attention_decode");
   combine_kernel<<<static_cast<unsigned>(a.n_heads), 128, 0, stream>>>(a);

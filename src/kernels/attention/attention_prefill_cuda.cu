@@ -75,7 +75,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionPrefillArgs 
       *reinterpret_cast<uint4*>(Ks + r * kLdQ + c * 8) = kv;
       const uint32_t vw[4] = {vv.x, vv.y, vv.z, vv.w};
 #pragma unroll
-      for (int e = 0; e < 8; ++e) Vt[(c * 8 + e) * kLdV + r] = static_cast<uint16_t>(vw[e / 2] >> (16 * (e % 2)));
+      for (int e = 0; e < 8; ++e)
+        Vt[(c * 8 + e) * kLdV + r] = static_cast<uint16_t>(vw[e / 2] >> (16 * (e % 2)));
     }
     __syncthreads();
 
@@ -140,7 +141,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionPrefillArgs 
 #pragma unroll
       for (int nt = 0; nt < HD / 8; ++nt) {
         const uint16_t* vb = Vt + (nt * 8 + g) * kLdV + ks * 16 + 2 * tq;
-        mma_bf16(o[nt], p0, p1, p2, p3, *reinterpret_cast<const uint32_t*>(vb), *reinterpret_cast<const uint32_t*>(vb + 8));
+        mma_bf16(o[nt], p0, p1, p2, p3, *reinterpret_cast<const uint32_t*>(vb),
+                 *reinterpret_cast<const uint32_t*>(vb + 8));
       }
     }
   }
@@ -186,11 +188,20 @@ void launch(const AttentionPrefillArgs& a, cudaStream_t stream) {
 void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
   switch (a.head_dim) {
-    case 32: launch<32>(a, stream); break;
-    case 64: launch<64>(a, stream); break;
-    case 128: launch<128>(a, stream); break;
-    case 256: launch<256>(a, stream); break;
-    default: check(cudaErrorInvalidValue, "attention_prefill: head_dim must be 32, 64, 128 or 256");
+    case 32:
+      launch<32>(a, stream);
+      break;
+    case 64:
+      launch<64>(a, stream);
+      break;
+    case 128:
+      launch<128>(a, stream);
+      break;
+    case 256:
+      launch<256>(a, stream);
+      break;
+    default:
+      check(cudaErrorInvalidValue, "attention_prefill: head_dim must be 32, 64, 128 or 256");
   }
   check_launch("attention_prefill");
 }

@@ -22,7 +22,8 @@ __global__ void __launch_bounds__(kWarps * 32) prep_kernel(AttentionPrepArgs a) 
   for (int head = warp; head < a.n_heads + a.n_kv_heads; head += kWarps) {
     const bool is_q = head < a.n_heads;
     const int kvh = head - a.n_heads;
-    const float* src = is_q ? a.qg + t * a.ld_qg + head * a.q_stride : a.k + t * a.ld_kv + static_cast<int64_t>(kvh) * hd;
+    const float* src =
+        is_q ? a.qg + t * a.ld_qg + head * a.q_stride : a.k + t * a.ld_kv + static_cast<int64_t>(kvh) * hd;
     const float* w = is_q ? a.q_norm : a.k_norm;
     float ss = 0.0f;
     for (int d = lane; d < hd; d += 32) {

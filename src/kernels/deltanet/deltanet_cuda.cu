@@ -135,10 +135,17 @@ __global__ void __launch_bounds__(kScanWarps * 32) scan_kernel(DeltaNetScanArgs 
 void deltanet_conv(const DeltaNetConvArgs& a, cudaStream_t stream) {
   const unsigned blocks = blocks_for(a.C, 128);
   switch (a.K) {
-    case 2: conv_kernel<2><<<blocks, 128, 0, stream>>>(a); break;
-    case 3: conv_kernel<3><<<blocks, 128, 0, stream>>>(a); break;
-    case 4: conv_kernel<4><<<blocks, 128, 0, stream>>>(a); break;
-    default: check(cudaErrorInvalidValue, "deltanet_conv: kernel size must be 2..4");
+    case 2:
+      conv_kernel<2><<<blocks, 128, 0, stream>>>(a);
+      break;
+    case 3:
+      conv_kernel<3><<<blocks, 128, 0, stream>>>(a);
+      break;
+    case 4:
+      conv_kernel<4><<<blocks, 128, 0, stream>>>(a);
+      break;
+    default:
+      check(cudaErrorInvalidValue, "deltanet_conv: kernel size must be 2..4");
   }
   check_launch("deltanet_conv");
 }
@@ -154,10 +161,17 @@ void deltanet_scan(const DeltaNetScanArgs& a, cudaStream_t stream) {
     check(cudaErrorInvalidValue, "deltanet_scan: Dv must be a multiple of 32 and Hv of Hk");
   const dim3 grid(static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.Dv / kScanRowsPerBlock));
   switch (a.Dk) {
-    case 32: scan_kernel<1><<<grid, kScanWarps * 32, 0, stream>>>(a); break;
-    case 64: scan_kernel<2><<<grid, kScanWarps * 32, 0, stream>>>(a); break;
-    case 128: scan_kernel<4><<<grid, kScanWarps * 32, 0, stream>>>(a); break;
-    default: check(cudaErrorInvalidValue, "deltanet_scan: Dk must be 32, 64 or 128");
+    case 32:
+      scan_kernel<1><<<grid, kScanWarps * 32, 0, stream>>>(a);
+      break;
+    case 64:
+      scan_kernel<2><<<grid, kScanWarps * 32, 0, stream>>>(a);
+      break;
+    case 128:
+      scan_kernel<4><<<grid, kScanWarps * 32, 0, stream>>>(a);
+      break;
+    default:
+      check(cudaErrorInvalidValue, "deltanet_scan: Dk must be 32, 64 or 128");
   }
   check_launch("deltanet_scan");
 }

@@ -155,10 +155,17 @@ void gemm(const GemmArgs& a, cudaStream_t stream) {
   if (tiles == 0) return;
   const dim3 grid(blocks_for(a.N, kTile), tiles);
   switch (a.format) {
-    case WeightFormat::kAffine4: gemm_kernel<WeightFormat::kAffine4><<<grid, kThreads, 0, stream>>>(a); break;
-    case WeightFormat::kAffine8: gemm_kernel<WeightFormat::kAffine8><<<grid, kThreads, 0, stream>>>(a); break;
-    case WeightFormat::kBF16: gemm_kernel<WeightFormat::kBF16><<<grid, kThreads, 0, stream>>>(a); break;
-    default: check(cudaErrorInvalidValue, "gemm: weights must be affine 4/8-bit or bf16 on the GPU");
+    case WeightFormat::kAffine4:
+      gemm_kernel<WeightFormat::kAffine4><<<grid, kThreads, 0, stream>>>(a);
+      break;
+    case WeightFormat::kAffine8:
+      gemm_kernel<WeightFormat::kAffine8><<<grid, kThreads, 0, stream>>>(a);
+      break;
+    case WeightFormat::kBF16:
+      gemm_kernel<WeightFormat::kBF16><<<grid, kThreads, 0, stream>>>(a);
+      break;
+    default:
+      check(cudaErrorInvalidValue, "gemm: weights must be affine 4/8-bit or bf16 on the GPU");
   }
   check_launch("gemm");
 }

@@ -97,10 +97,14 @@ void launch(const GemvArgs& a, cudaStream_t stream) {
 
 void gemv(const GemvArgs& a, cudaStream_t stream) {
   switch (a.format) {
-    case WeightFormat::kAffine4: return launch<WeightFormat::kAffine4>(a, stream);
-    case WeightFormat::kAffine8: return launch<WeightFormat::kAffine8>(a, stream);
-    case WeightFormat::kBF16: return launch<WeightFormat::kBF16>(a, stream);
-    default: check(cudaErrorInvalidValue, "gemv: weights must be affine 4/8-bit or bf16 on the GPU");
+    case WeightFormat::kAffine4:
+      return launch<WeightFormat::kAffine4>(a, stream);
+    case WeightFormat::kAffine8:
+      return launch<WeightFormat::kAffine8>(a, stream);
+    case WeightFormat::kBF16:
+      return launch<WeightFormat::kBF16>(a, stream);
+    default:
+      check(cudaErrorInvalidValue, "gemv: weights must be affine 4/8-bit or bf16 on the GPU");
   }
 }
 

@@ -40,7 +40,7 @@ struct GemvArgs {
   int problems = 1;
   WeightFormat format = WeightFormat::kBF16;  // of every matrix involved
   int64_t max_rows = 0, max_cols = 0;         // over every matrix involved (grid and shared memory)
-  const float* x = nullptr;  // problem p reads x + p * x_stride (x_stride 0: one shared x)
+  const float* x = nullptr;                   // problem p reads x + p * x_stride (x_stride 0: one shared x)
   int64_t x_stride = 0;
   float* y = nullptr;  // problem p writes y + p * y_stride
   int64_t y_stride = 0;
@@ -60,8 +60,8 @@ struct GemmArgs {
   int table_stride = 1, table_base = 0;
   int64_t part_rows = 0;  // output columns [p * part_rows, (p+1) * part_rows) come from part p; 0: one part
   WeightFormat format = WeightFormat::kBF16;
-  int64_t K = 0;  // inputs (columns of every matrix); a multiple of 64
-  int64_t N = 0;  // output columns
+  int64_t K = 0;                // inputs (columns of every matrix); a multiple of 64
+  int64_t N = 0;                // output columns
   const uint16_t* x = nullptr;  // bf16 [*, ldx]; slot s reads row x_rows[s] (x_rows null: row s)
   int64_t ldx = 0;
   const int32_t* x_rows = nullptr;

@@ -49,14 +49,15 @@ __device__ void route_one(const float* logits, int E, int k, int32_t* ids, float
   }
 }
 
-__global__ void route_kernel(const float* logits, int64_t ld, int64_t n, int E, int k, int32_t* ids, float* weights) {
+__global__ void route_kernel(const float* logits, int64_t ld, int64_t n, int E, int k, int32_t* ids,
+                             float* weights) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (t >= n) return;
   route_one(logits + t * ld, E, k, ids + t * k, weights + t * k);
 }
 
-__global__ void route_decode_kernel(const float* logits, int E, int k, int32_t* ids, float* weights, int32_t* gate_up,
-                                    int32_t* down) {
+__global__ void route_decode_kernel(const float* logits, int E, int k, int32_t* ids, float* weights,
+                                    int32_t* gate_up, int32_t* down) {
   route_one(logits, E, k, ids, weights);
   __syncwarp();
   const int lane = threadIdx.x;
@@ -77,8 +78,8 @@ __global__ void histogram_kernel(const int32_t* ids, int64_t pairs, int32_t* cou
 }
 
 // One block: exclusive scan of the counts into offsets and tile starts, then the tile list.
-__global__ void scan_tiles_kernel(const int32_t* counts, int E, int32_t* offsets, int32_t* fill, GemmTile* tiles,
-                                  int32_t* tile_count) {
+__global__ void scan_tiles_kernel(const int32_t* counts, int E, int32_t* offsets, int32_t* fill,
+                                  GemmTile* tiles, int32_t* tile_count) {
   __shared__ int32_t slot_base[1025], tile_base[1025];
   if (threadIdx.x == 0) {
     int32_t s = 0, t = 0;
@@ -96,7 +97,8 @@ __global__ void scan_tiles_kernel(const int32_t* counts, int E, int32_t* offsets
     fill[e] = slot_base[e];
     const int32_t begin = slot_base[e], end = slot_base[e + 1];
     for (int32_t j = 0; begin + j * kGemmTileRows < end; ++j)
-      tiles[tile_base[e] + j] = GemmTile{e, begin + j * kGemmTileRows, min(end, begin + (j + 1) * kGemmTileRows)};
+      tiles[tile_base[e] + j] =
+          GemmTile{e, begin + j * kGemmTileRows, min(end, begin + (j + 1) * kGemmTileRows)};
   }
 }
 
@@ -110,8 +112,8 @@ __global__ void scatter_kernel(const int32_t* ids, int64_t pairs, int k, int32_t
 }
 
 template <bool kBf16>
-__global__ void swiglu_kernel(const float* gate, const float* up, int64_t ld_in, int64_t rows, int64_t width, void* out,
-                              int64_t ld_out) {
+__global__ void swiglu_kernel(const float* gate, const float* up, int64_t ld_in, int64_t rows, int64_t width,
+                              void* out, int64_t ld_out) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * width) return;
   const int64_t r = i / width, j = i % width;
@@ -145,9 +147,10 @@ void moe_route(const float* logits, int64_t ld, int64_t n, int E, int k, int32_t
   check_launch("moe_route");
 }
 
-void moe_route_decode(const float* logits, int E, int k, int32_t* ids, float* weights, int32_t* gate_up, int32_t* down,
-                      cudaStream_t stream) {
-  if (E > 32 * kMaxExpertsPerLane || k >= 32 || k > E) check(cudaErrorInvalidValue, "moe_route_decode: expert count");
+void moe_route_decode(const float* logits, int E, int k, int32_t* ids, float* weights, int32_t* gate_up,
+                      int32_t* down, cudaStream_t stream) {
+  if (E > 32 * kMaxExpertsPerLane || k >= 32 || k > E)
+    check(cudaErrorInvalidValue, "moe_route_decode: expert count");
   route_decode_kernel<<<1, 32, 0, stream>>>(logits, E, k, ids, weights, gate_up, down);
   check_launch("moe_route_decode");
 }
@@ -155,7 +158,8 @@ void moe_route_decode(const float* logits, int E, int k, int32_t* ids, float* we
 void moe_group(const int32_t* ids, int64_t n, int k, int E, const MoeGrouping& g, cudaStream_t stream) {
   if (E > 1024) check(cudaErrorInvalidValue, "moe_group: more than 1024 experts");
   const int64_t pairs = n * k;
-  check(cudaMemsetAsync(g.counts, 0, sizeof(int32_t) * static_cast<size_t>(E), stream), "moe_group: clear counts");
+  check(cudaMemsetAsync(g.counts, 0, sizeof(int32_t) * static_cast<size_t>(E), stream),
+        "moe_group: clear counts");
   if (pairs > 0) {
     histogram_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(ids, pairs, g.counts);
     check_launch("moe_histogram");
@@ -168,8 +172,8 @@ void moe_group(const int32_t* ids, int64_t n, int k, int E, const MoeGrouping& g
   }
 }
 
-void swiglu(const float* gate, const float* up, int64_t ld_in, int64_t rows, int64_t width, void* out, int64_t ld_out,
-            bool out_bf16, cudaStream_t stream) {
+void swiglu(const float* gate, const float* up, int64_t ld_in, int64_t rows, int64_t width, void* out,
+            int64_t ld_out, bool out_bf16, cudaStream_t stream) {
   if (rows * width == 0) return;
   const unsigned blocks = blocks_for(rows * width, 256);
   if (out_bf16)

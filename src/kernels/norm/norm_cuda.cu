@@ -74,7 +74,8 @@ void gated_rms_norm_rows(const GatedNormArgs& a, cudaStream_t stream) {
   check_launch("gated_rms_norm");
 }
 
-void embed_rows(const DeviceMatrix& embed, const int32_t* tokens, int64_t n, float* out, cudaStream_t stream) {
+void embed_rows(const DeviceMatrix& embed, const int32_t* tokens, int64_t n, float* out,
+                cudaStream_t stream) {
   if (n == 0) return;
   embed_kernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(embed, tokens, out);
   check_launch("embed");

@@ -22,13 +22,15 @@ __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
 }
 
 struct Cuts {
-  float top;        // largest finite logit
-  uint32_t key_k;   // top-k cut (0: none)
-  uint32_t key_p;   // top-p cut (0: none)
+  float top;       // largest finite logit
+  uint32_t key_k;  // top-k cut (0: none)
+  uint32_t key_p;  // top-p cut (0: none)
   float min_p;
 };
 
-__device__ __forceinline__ bool kept_topk(float l, const Cuts& c) { return isfinite(l) && ordered_key(l) >= c.key_k; }
+__device__ __forceinline__ bool kept_topk(float l, const Cuts& c) {
+  return isfinite(l) && ordered_key(l) >= c.key_k;
+}
 __device__ __forceinline__ bool kept_all(float l, const Cuts& c) {
   return kept_topk(l, c) && ordered_key(l) >= c.key_p && expf(l - c.top) >= c.min_p;
 }
@@ -96,7 +98,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
     if (st.top_k > 0 && static_cast<float>(st.top_k) < n_finite) {
       cuts.key_k = bisect_key(static_cast<float>(st.top_k), scratch, [&](uint32_t tau) {
         float c = 0.0f;
-        for (int64_t i = tid; i < a.V; i += kThreads) c += (isfinite(l[i]) && ordered_key(l[i]) >= tau) ? 1.0f : 0.0f;
+        for (int64_t i = tid; i < a.V; i += kThreads)
+          c += (isfinite(l[i]) && ordered_key(l[i]) >= tau) ? 1.0f : 0.0f;
         return block_sum(c, scratch);
       });
     }
