@@ -16,8 +16,8 @@ void EngineOptions::add_to(ArgParser& p) {
   p.option({"-c", "--ctx-size"}, "N", "context size in tokens (0 = the model's maximum)", &ctx_size,
            "LLAMA_ARG_CTX_SIZE");
   p.option({"--kv-type"}, "TYPE", "attention KV cache type: bf16 or f32", &kv_type, "QWICK_KV_TYPE");
-  p.option({"--device"}, "DEV", "where to run: cpu or cuda (default: cuda when built and a GPU is present)", &device,
-           "QWICK_DEVICE");
+  p.option({"--device"}, "DEV", "where to run: cpu or cuda (default: cuda when built and a GPU is present)",
+           &device, "QWICK_DEVICE");
 }
 
 BackendOptions EngineOptions::backend_options() const {
