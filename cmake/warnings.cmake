@@ -2,4 +2,4 @@
 add_library(qwick_warnings INTERFACE)
 target_compile_options(qwick_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wshadow -Wnon-virtual-dtor -Wcast-align -Wunused
-                            -Woverloaded-virtual -Wformat=2 -Werror>)
+                            -Woverloaded-virtual -Wformat=2 $<$<BOOL:${QWICK_WERROR}>:-Werror>>)

@@ -1,7 +1,7 @@
 // The boundary between the runtime and a device: one sequence, two explicit forward entry points.
 //
-// A backend is chosen once at load (CPU now; CUDA where built). It owns the sequence state of one
-// conversation (attention KV cache, DeltaNet conv and recurrent states) and advances it:
+// A backend is chosen once at load (make_backend: "cpu", or "cuda" where built). It owns the sequence
+// state of one conversation (attention KV cache, DeltaNet conv and recurrent states) and advances it:
 //   prefill(tokens)  many rows at once, in bounded chunks (matrix-shaped work)
 //   decode(token)    one row (bandwidth-shaped work)
 // Both append to the same sequence, so "prefill N, then decode k" equals "prefill N + k".
@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "kernels/attention/attention.h"
 
@@ -22,10 +23,27 @@ struct Model;
 struct BackendOptions {
   int threads = 0;                        // CPU worker threads, 0 = one per core
   int64_t max_context = 0;                // 0 = the model's max_position_embeddings
-  KvDtype kv_dtype = KvDtype::kBF16;      // attention KV cache element type
+  KvDtype kv_dtype = KvDtype::kBF16;      // attention KV cache element type (the CUDA backend: bf16 only)
   // CPU: f32 activations in every matrix product (the reference numerics). Off, single-row products
   // against 4-bit weights quantize the activation to int8 per 64 values (decode's fast path).
   bool cpu_exact = false;
+  bool device_graphs = true;              // CUDA: replay each decode step as one captured graph
+};
+
+// Token selection done where the logits are (Backend::decode_sampled); 0 / 1 disable a cut.
+struct DeviceSampling {
+  float temperature = 0.0f;  // <= 0: greedy
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+};
+
+// Bytes a backend holds on its device (all 0 for the CPU backend).
+struct BackendMemory {
+  int64_t weights = 0, state = 0, scratch = 0;
+  int64_t peak = 0;         // most bytes held at once by this process's device buffers
+  int64_t device_used = 0;  // the device's own count of used memory (all processes), largest seen
 };
 
 // Called after the embedding (stage 0) and after each layer (stage L + 1) of every prefill chunk:
@@ -69,8 +87,30 @@ class Backend {
   // between. restore() throws Error for a snapshot of another backend or model.
   virtual std::unique_ptr<SequenceSnapshot> snapshot() const = 0;
   virtual void restore(const SequenceSnapshot& snapshot) = 0;
+  // Appends one token and chooses the next one on the device, which also writes it into the next
+  // step's input slot; no logits come back. False when the backend has no such path (the caller
+  // then samples from decode()'s logits).
+  virtual bool decode_sampled(int32_t /*token*/, const DeviceSampling& /*sampling*/, int32_t* /*next*/) {
+    return false;
+  }
+  virtual BackendMemory memory() const { return {}; }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const Model& model, const BackendOptions& options);
+
+// The devices this build runs on: "cpu", and "cuda" where built. make_backend throws Error for an
+// unknown or absent device; default_device() is "cuda" when built and a GPU is present, else "cpu".
+std::vector<std::string> built_devices();
+std::string default_device();
+std::unique_ptr<Backend> make_backend(const std::string& device, const Model& model,
+                                      const BackendOptions& options);
+
+struct DeviceInfo {
+  std::string name;
+  int64_t memory_bytes = 0;
+  double copy_gbps = 0;  // measured: a large copy, bytes read + written per second
+};
+DeviceInfo probe_device(const std::string& device);
+DeviceInfo probe_cpu();
 
 }  // namespace qwick

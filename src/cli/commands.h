@@ -8,5 +8,6 @@ int cmd_run(int argc, char** argv);
 int cmd_info(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_make_model(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 
 }  // namespace qwick

@@ -16,7 +16,8 @@ void EngineOptions::add_to(ArgParser& p) {
   p.option({"-c", "--ctx-size"}, "N", "context size in tokens (0 = the model's maximum)", &ctx_size,
            "LLAMA_ARG_CTX_SIZE");
   p.option({"--kv-type"}, "TYPE", "attention KV cache type: bf16 or f32", &kv_type, "QWICK_KV_TYPE");
-  p.option({"--device"}, "DEV", "where to run: cpu", &device, "QWICK_DEVICE");
+  p.option({"--device"}, "DEV", "where to run: cpu or cuda (default: cuda when built and a GPU is present)",
+           &device, "QWICK_DEVICE");
   p.flag({"--exact"}, "f32 activations in every CPU matrix product (reference numerics, slower decode)", &exact,
          "QWICK_EXACT");
 }
@@ -52,7 +53,6 @@ std::string builtin_model_dir() {
 }
 
 Engine open_engine(const EngineOptions& options) {
-  if (options.device != "cpu") fail("--device {}: this build runs on the cpu only", options.device);
   std::string dir = options.model;
   if (dir.empty()) {
     dir = builtin_model_dir();
@@ -65,8 +65,9 @@ Engine open_engine(const EngineOptions& options) {
   }
   Engine e;
   e.model = load_model(dir);
-  e.model->checkpoint->load_pages();  // the CPU backend reads the weights in place
-  e.backend = make_cpu_backend(*e.model, options.backend_options());
+  const std::string device = options.device.empty() ? default_device() : options.device;
+  if (device == "cpu") e.model->checkpoint->load_pages();  // the CPU backend reads the weights in place
+  e.backend = make_backend(device, *e.model, options.backend_options());
   return e;
 }
 

@@ -16,7 +16,7 @@ struct EngineOptions {
   int threads = 0;
   int64_t ctx_size = 0;
   std::string kv_type = "bf16";
-  std::string device = "cpu";
+  std::string device;  // empty: default_device()
   bool exact = false;
 
   void add_to(ArgParser& parser);

@@ -20,6 +20,7 @@ constexpr Command kCommands[] = {
     {"eval", "teacher-forced pass over a token file: perplexity, logits vs a reference", qwick::cmd_eval},
     {"info", "summarise a model directory: config, layers, tensors, quantization", qwick::cmd_info},
     {"make-model", "write a random-weight checkpoint (tiny, small or the full 35B-A3B shapes)", qwick::cmd_make_model},
+    {"bench", "prefill and decode throughput over lengths, GB/s and TFLOP/s, pp/tg table", qwick::cmd_bench},
 };
 
 void print_usage(FILE* out) {

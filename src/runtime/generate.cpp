@@ -28,10 +28,17 @@ GenerationResult generate(Backend& backend, Sampler& sampler, int64_t vocab_size
   result.prompt_ms = ms_since(t0);
   result.prompt_tokens = static_cast<int64_t>(request.prompt.size());
 
+  // Without penalties or biases the backend may choose tokens itself, next to its logits (the CUDA
+  // backend does it inside the decode step); otherwise every step's logits come back to the sampler.
+  const SamplingParams& sp = sampler.params();
+  const bool device_sampling = sp.repetition_penalty == 1.0f && sp.presence_penalty == 0.0f &&
+                               sp.frequency_penalty == 0.0f && sp.logit_bias.empty();
+  const DeviceSampling ds{sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.seed};
+
   const int64_t limit = request.max_tokens < 0 ? INT64_MAX : request.max_tokens;
   result.finish_reason = "length";
+  int32_t token = sampler.sample(logits);
   while (static_cast<int64_t>(result.tokens.size()) < limit) {
-    const int32_t token = sampler.sample(logits);
     if (!request.ignore_eos &&
         std::find(request.stop_ids.begin(), request.stop_ids.end(), token) != request.stop_ids.end()) {
       result.finish_reason = "stop";
@@ -46,7 +53,13 @@ GenerationResult generate(Backend& backend, Sampler& sampler, int64_t vocab_size
     if (static_cast<int64_t>(result.tokens.size()) >= limit) break;
     if (backend.position() >= backend.max_context()) break;  // context full: "length"
     t0 = std::chrono::steady_clock::now();
-    backend.decode(token, logits);
+    int32_t next = 0;
+    if (device_sampling && backend.decode_sampled(token, ds, &next)) {
+      token = next;
+    } else {
+      backend.decode(token, logits);
+      token = sampler.sample(logits);
+    }
     result.decode_ms += ms_since(t0);
     ++result.decode_steps;
   }

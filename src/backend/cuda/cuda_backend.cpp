@@ -1,0 +1,886 @@
+// The CUDA backend (see cuda_backend.h): weights and every per-sequence state on the GPU,
+//
+//   attention layers  KV cache [n_kv_heads, capacity, head_dim] bf16 for K and for V, capacity =
+//                     the context size, allocated up front (so a captured decode graph stays valid)
+//   DeltaNet layers   conv window [K-1, channels] and recurrent state [Hv, Dv, Dk], f32
+//
+// prefill runs in chunks: f32 residual stream, bf16 activations into the tensor-core GEMMs (the
+// router excepted: f32, so expert choices match decode), every MoE grouping step on the device. decode runs
+// one row with f32 activations through the GEMV kernels; the whole step (embedding .. lm_head .. token
+// choice) is one CUDA graph, captured at the first decode and replayed: it reads the input token and the
+// position from device memory, and its last kernel writes the chosen token into that input slot and advances
+// the position, so the host only copies the token (or the logits) back.
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <variant>
+
+#include "backend/cuda/cuda_weights.h"
+#include "core/error.h"
+#include "kernels/attention/attention_cuda.h"
+#include "kernels/cuda_launch.h"
+#include "kernels/deltanet/deltanet_cuda.h"
+#include "kernels/moe/moe_cuda.h"
+#include "kernels/norm/norm_cuda.h"
+#include "kernels/sample/sample_cuda.h"
+#include "model/model.h"
+
+namespace qwick {
+namespace {
+
+using namespace cuda;
+
+constexpr int kAttentionSplits = 64;        // decode attention: context ranges per kv head
+constexpr int64_t kLogitRowsPerPass = 256;  // prefill with every row's logits: lm_head rows per GEMM
+
+// Fixed buffers of one decode step (the graph captures their addresses).
+struct DecodeScratch {
+  int32_t* token;     // [1] the step's input; the sampler writes the next one here
+  int32_t* position;  // [1] position of the input token
+  SamplingState* sampling;
+  float *x, *normed;                                // [H]
+  float* proj;                                      // [4, proj_stride]: the stacked projections of a mixer
+  float *conv, *beta, *decay, *dn_out, *dn_normed;  // DeltaNet
+  float *q, *partial, *att_out;                     // attention
+  float* router;                                    // [E + 1]: router logits, then the shared gate logit
+  int32_t *ids, *gate_up_index, *down_index;
+  float *weights, *gate_up, *act, *down;
+  float* logits;  // [V]
+};
+
+// Buffers of one prefill chunk of up to `rows` rows.
+struct PrefillScratch {
+  int32_t* tokens;
+  float* hidden;      // [n, H]
+  uint16_t* normed;   // [n, H] bf16
+  float* normed_f32;  // [n, H]: the MoE input again, for the f32 router
+  float *qg, *k, *v;  // attention projections
+  uint16_t *q16, *att16;
+  float *qkv, *z, *b, *a, *conv, *beta, *decay, *dn_out;  // DeltaNet
+  uint16_t* dn16;
+  float *router, *shared_logit;
+  int32_t* ids;
+  float* weights;
+  MoeGrouping grouping;
+  float *gate_up, *down, *shared_gate_up, *shared_down;
+  uint16_t *act, *shared_act;
+  float* logits;  // [min(rows, kLogitRowsPerPass), V]
+};
+
+// A sequence state copied within device memory: per attention layer the K then V rows
+// [0, position) of each kv head, then per DeltaNet layer the conv window and recurrent state.
+class CudaSnapshot final : public SequenceSnapshot {
+ public:
+  int64_t position() const override { return position_; }
+  size_t bytes() const override { return buffer.size(); }
+
+  const void* owner = nullptr;
+  int64_t position_ = 0;
+  DeviceBuffer buffer;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const Model& model, const BackendOptions& options)
+      : model_(model),
+        cfg_(model.config),
+        max_context_(options.max_context > 0 ? options.max_context : cfg_.max_position_embeddings),
+        use_graph_(options.device_graphs) {
+    if (options.kv_dtype != KvDtype::kBF16) fail("--kv-type: the CUDA backend keeps its KV cache in bf16");
+    if (cfg_.n_heads % cfg_.n_kv_heads != 0) fail("n_heads must be a multiple of n_kv_heads");
+    if (cfg_.expert_dim % kGemmTileRows != 0)
+      fail("moe_intermediate_size {} must be a multiple of {} for the CUDA backend", cfg_.expert_dim,
+           kGemmTileRows);
+    check(cudaSetDevice(0), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaEventCreateWithFlags(&token_ready_, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaMallocHost(&host_token_, sizeof(int32_t)), "cudaMallocHost");
+    weights_ = upload_weights(model, stream_);
+    allocate_state();
+    allocate_decode();
+    reset();
+  }
+
+  ~CudaBackend() override {
+    if (graph_) cudaGraphExecDestroy(graph_);
+    if (host_token_) cudaFreeHost(host_token_);
+    if (token_ready_) cudaEventDestroy(token_ready_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+  int64_t position() const override { return position_; }
+  int64_t max_context() const override { return max_context_; }
+
+  void reset() override {
+    for (auto& [conv, rec] : deltanet_state_) {
+      check(cudaMemsetAsync(conv, 0, sizeof(float) * conv_state_floats(), stream_), "reset");
+      check(cudaMemsetAsync(rec, 0, sizeof(float) * recurrent_state_floats(), stream_), "reset");
+    }
+    position_ = 0;
+    set_device_position();
+    device_token_ = -1;
+    sync();
+  }
+
+  std::unique_ptr<SequenceSnapshot> snapshot() const override {
+    auto s = std::make_unique<CudaSnapshot>();
+    s->owner = this;
+    s->position_ = position_;
+    s->buffer = DeviceBuffer(snapshot_bytes(position_));
+    copy_state(s->buffer.data(), position_, /*to_snapshot=*/true);
+    return s;
+  }
+
+  void restore(const SequenceSnapshot& snapshot) override {
+    const auto* s = dynamic_cast<const CudaSnapshot*>(&snapshot);
+    if (s == nullptr || s->owner != this) fail("restore: the snapshot was taken from another backend");
+    copy_state(s->buffer.data(), s->position_, /*to_snapshot=*/false);
+    position_ = s->position_;
+    set_device_position();
+    device_token_ = -1;
+    sync();
+  }
+
+  BackendMemory memory() const override {
+    BackendMemory m;
+    m.weights = weights_.bytes;
+    m.state = static_cast<int64_t>(state_buf_.size());
+    m.scratch = static_cast<int64_t>(decode_buf_.size() + prefill_buf_.size());
+    m.peak = device_bytes_peak();
+    m.device_used = device_used_peak_;
+    return m;
+  }
+
+  void prefill(std::span<const int32_t> tokens, std::span<float> logits,
+               const PrefillOptions& options) override {
+    const size_t V = static_cast<size_t>(cfg_.vocab_size);
+    check_tokens(tokens);
+    if (options.chunk <= 0) fail("prefill chunk must be positive, got {}", options.chunk);
+    const size_t need = options.all_logits ? tokens.size() * V : V;
+    if (logits.size() < need) fail("prefill: logits buffer holds {} floats, needs {}", logits.size(), need);
+    if (tokens.empty()) return;
+    ensure_prefill_rows(std::min<int64_t>(options.chunk, static_cast<int64_t>(tokens.size())));
+    for (size_t done = 0; done < tokens.size();) {
+      const size_t n = std::min(tokens.size() - done, static_cast<size_t>(options.chunk));
+      const bool last = done + n == tokens.size();
+      forward_chunk(tokens.data() + done, static_cast<int64_t>(n), options.observer);
+      if (options.all_logits)
+        chunk_logits_all(static_cast<int64_t>(n), logits.data() + done * V);
+      else if (last)
+        chunk_logits_last(static_cast<int64_t>(n), logits.data());
+      done += n;
+    }
+    set_device_position();
+    device_token_ = -1;
+    sync();
+    note_device_used();
+  }
+
+  void decode(int32_t token, std::span<float> logits) override {
+    check_tokens(std::span<const int32_t>(&token, 1));
+    if (logits.size() < static_cast<size_t>(cfg_.vocab_size)) fail("decode: logits buffer too small");
+    run_step(token);
+    check(cudaMemcpyAsync(logits.data(), d_.logits, sizeof(float) * static_cast<size_t>(cfg_.vocab_size),
+                          cudaMemcpyDeviceToHost, stream_),
+          "decode: logits");
+    sync();
+  }
+
+  bool decode_sampled(int32_t token, const DeviceSampling& s, int32_t* next) override {
+    check_tokens(std::span<const int32_t>(&token, 1));
+    if (s.temperature != sampling_.temperature || s.top_k != sampling_.top_k || s.top_p != sampling_.top_p ||
+        s.min_p != sampling_.min_p || s.seed != sampling_.seed) {
+      sampling_ = SamplingState{s.temperature, s.top_k, s.top_p, s.min_p, s.seed, sampling_.draws};
+      check(cudaMemcpyAsync(d_.sampling, &sampling_, sizeof sampling_, cudaMemcpyHostToDevice, stream_),
+            "sampling");
+      sync();  // sampling_ is pageable host memory the copy reads
+    }
+    run_step(token);
+    check(cudaMemcpyAsync(host_token_, d_.token, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+          "decode: token");
+    check(cudaEventRecord(token_ready_, stream_), "decode: event");
+    check(cudaEventSynchronize(token_ready_), "decode: token");
+    *next = device_token_ = *host_token_;
+    return true;
+  }
+
+ private:
+  // ---- snapshots -------------------------------------------------------------------------------
+  size_t snapshot_bytes(int64_t positions) const {
+    const size_t kv_rows = static_cast<size_t>(cfg_.n_kv_heads) * static_cast<size_t>(positions) *
+                           static_cast<size_t>(cfg_.head_dim) * sizeof(uint16_t);
+    return kv_cache_.size() * 2 * kv_rows +
+           deltanet_state_.size() * (conv_state_floats() + recurrent_state_floats()) * sizeof(float);
+  }
+
+  // Copies the state between the live buffers and a packed snapshot region, on the stream.
+  void copy_state(uint8_t* packed, int64_t positions, bool to_snapshot) const {
+    const size_t head_rows = static_cast<size_t>(positions) * static_cast<size_t>(cfg_.head_dim) * sizeof(uint16_t);
+    const size_t head_stride = static_cast<size_t>(max_context_) * static_cast<size_t>(cfg_.head_dim) * sizeof(uint16_t);
+    auto move = [&](void* live, size_t bytes) {
+      if (bytes == 0) return;
+      check(cudaMemcpyAsync(to_snapshot ? packed : live, to_snapshot ? live : packed, bytes, cudaMemcpyDeviceToDevice,
+                            stream_),
+            "snapshot copy");
+      packed += bytes;
+    };
+    for (const auto& [k, v] : kv_cache_)
+      for (uint16_t* cache : {k, v})
+        for (int h = 0; h < cfg_.n_kv_heads; ++h)
+          move(reinterpret_cast<uint8_t*>(cache) + static_cast<size_t>(h) * head_stride, head_rows);
+    for (const auto& [conv, rec] : deltanet_state_) {
+      move(conv, conv_state_floats() * sizeof(float));
+      move(rec, recurrent_state_floats() * sizeof(float));
+    }
+    check(cudaStreamSynchronize(stream_), "snapshot copy");
+  }
+
+  // ---- setup ------------------------------------------------------------------------------------
+  size_t conv_state_floats() const {
+    return static_cast<size_t>(cfg_.conv_kernel - 1) * static_cast<size_t>(cfg_.conv_channels());
+  }
+  size_t recurrent_state_floats() const {
+    return static_cast<size_t>(cfg_.lin_n_v_heads) * static_cast<size_t>(cfg_.lin_v_dim) *
+           static_cast<size_t>(cfg_.lin_k_dim);
+  }
+  size_t kv_elems() const {
+    return static_cast<size_t>(cfg_.n_kv_heads) * static_cast<size_t>(max_context_) *
+           static_cast<size_t>(cfg_.head_dim);
+  }
+  int64_t imax() const { return std::max(cfg_.expert_dim, cfg_.shared_expert_dim); }
+  int64_t proj_stride() const {
+    return std::max({cfg_.conv_channels(), cfg_.lin_v_total(), cfg_.q_proj_rows(),
+                     int64_t{cfg_.n_kv_heads} * cfg_.head_dim, int64_t{cfg_.lin_n_v_heads}});
+  }
+
+  void allocate_state() {
+    auto carve = [&](Carver& c) {
+      kv_cache_.clear();
+      deltanet_state_.clear();
+      slot_.clear();
+      for (LayerKind kind : cfg_.layers) {
+        if (kind == LayerKind::kAttention) {
+          slot_.push_back(static_cast<int>(kv_cache_.size()));
+          kv_cache_.push_back({c.take<uint16_t>(kv_elems()), c.take<uint16_t>(kv_elems())});
+        } else {
+          slot_.push_back(static_cast<int>(deltanet_state_.size()));
+          deltanet_state_.push_back(
+              {c.take<float>(conv_state_floats()), c.take<float>(recurrent_state_floats())});
+        }
+      }
+    };
+    Carver sizing(nullptr);
+    carve(sizing);
+    state_buf_ = DeviceBuffer(sizing.used());
+    Carver real(state_buf_.data());
+    carve(real);
+  }
+
+  void allocate_decode() {
+    const int64_t H = cfg_.hidden_size, E = cfg_.n_experts, k = cfg_.n_experts_per_tok;
+    const int64_t nq_hd = int64_t{cfg_.n_heads} * cfg_.head_dim;
+    auto carve = [&](Carver& c) {
+      const auto u = [](int64_t v) { return static_cast<size_t>(v); };
+      d_.token = c.take<int32_t>(1);
+      d_.position = c.take<int32_t>(1);
+      d_.sampling = c.take<SamplingState>(1);
+      d_.x = c.take<float>(u(H));
+      d_.normed = c.take<float>(u(H));
+      d_.proj = c.take<float>(u(4 * proj_stride()));
+      d_.conv = c.take<float>(u(cfg_.conv_channels()));
+      d_.beta = c.take<float>(u(cfg_.lin_n_v_heads));
+      d_.decay = c.take<float>(u(cfg_.lin_n_v_heads));
+      d_.dn_out = c.take<float>(u(cfg_.lin_v_total()));
+      d_.dn_normed = c.take<float>(u(cfg_.lin_v_total()));
+      d_.q = c.take<float>(u(nq_hd));
+      d_.partial = c.take<float>(u(cfg_.n_heads) * kAttentionSplits * u(cfg_.head_dim + 2));
+      d_.att_out = c.take<float>(u(nq_hd));
+      d_.router = c.take<float>(u(E + 1));
+      d_.ids = c.take<int32_t>(u(k));
+      d_.gate_up_index = c.take<int32_t>(u(2 * k + 2));
+      d_.down_index = c.take<int32_t>(u(k + 1));
+      d_.weights = c.take<float>(u(k));
+      d_.gate_up = c.take<float>(u((2 * k + 2) * imax()));
+      d_.act = c.take<float>(u((k + 1) * imax()));
+      d_.down = c.take<float>(u((k + 1) * H));
+      d_.logits = c.take<float>(u(cfg_.vocab_size));
+    };
+    Carver sizing(nullptr);
+    carve(sizing);
+    decode_buf_ = DeviceBuffer(sizing.used());
+    Carver real(decode_buf_.data());
+    carve(real);
+    check(cudaMemcpyAsync(d_.sampling, &sampling_, sizeof sampling_, cudaMemcpyHostToDevice, stream_),
+          "sampling");
+    sync();
+  }
+
+  void ensure_prefill_rows(int64_t rows) {
+    if (rows <= prefill_rows_) return;
+    prefill_buf_ = DeviceBuffer();  // free the smaller one first
+    const int64_t H = cfg_.hidden_size, E = cfg_.n_experts, k = cfg_.n_experts_per_tok, I = cfg_.expert_dim,
+                  S = cfg_.shared_expert_dim, C = cfg_.conv_channels(), Vt = cfg_.lin_v_total(),
+                  Hv = cfg_.lin_n_v_heads;
+    const int64_t nq_hd = int64_t{cfg_.n_heads} * cfg_.head_dim,
+                  kvr = int64_t{cfg_.n_kv_heads} * cfg_.head_dim;
+    const int64_t n = rows, pairs = rows * k;
+    auto carve = [&](Carver& c) {
+      const auto u = [](int64_t v) { return static_cast<size_t>(v); };
+      p_.tokens = c.take<int32_t>(u(n));
+      p_.hidden = c.take<float>(u(n * H));
+      p_.normed = c.take<uint16_t>(u(n * H));
+      p_.normed_f32 = c.take<float>(u(n * H));
+      p_.qg = c.take<float>(u(n * cfg_.q_proj_rows()));
+      p_.k = c.take<float>(u(n * kvr));
+      p_.v = c.take<float>(u(n * kvr));
+      p_.q16 = c.take<uint16_t>(u(n * nq_hd));
+      p_.att16 = c.take<uint16_t>(u(n * nq_hd));
+      p_.qkv = c.take<float>(u(n * C));
+      p_.z = c.take<float>(u(n * Vt));
+      p_.b = c.take<float>(u(n * Hv));
+      p_.a = c.take<float>(u(n * Hv));
+      p_.conv = c.take<float>(u(n * C));
+      p_.beta = c.take<float>(u(n * Hv));
+      p_.decay = c.take<float>(u(n * Hv));
+      p_.dn_out = c.take<float>(u(n * Vt));
+      p_.dn16 = c.take<uint16_t>(u(n * Vt));
+      p_.router = c.take<float>(u(n * E));
+      p_.shared_logit = c.take<float>(u(n));
+      p_.ids = c.take<int32_t>(u(pairs));
+      p_.weights = c.take<float>(u(pairs));
+      p_.grouping.counts = c.take<int32_t>(u(E));
+      p_.grouping.offsets = c.take<int32_t>(u(E + 1));
+      p_.grouping.fill = c.take<int32_t>(u(E));
+      p_.grouping.slot_row = c.take<int32_t>(u(pairs));
+      p_.grouping.slot_of = c.take<int32_t>(u(pairs));
+      p_.grouping.tiles = c.take<GemmTile>(u(moe_max_tiles(pairs, static_cast<int>(E))));
+      p_.grouping.tile_count = c.take<int32_t>(1);
+      p_.gate_up = c.take<float>(u(pairs * 2 * I));
+      p_.act = c.take<uint16_t>(u(pairs * I));
+      p_.down = c.take<float>(u(pairs * H));
+      p_.shared_gate_up = c.take<float>(u(n * 2 * S));
+      p_.shared_act = c.take<uint16_t>(u(n * S));
+      p_.shared_down = c.take<float>(u(n * H));
+      p_.logits = c.take<float>(u(std::min(n, kLogitRowsPerPass) * cfg_.vocab_size));
+    };
+    Carver sizing(nullptr);
+    carve(sizing);
+    prefill_buf_ = DeviceBuffer(sizing.used());
+    Carver real(prefill_buf_.data());
+    carve(real);
+    prefill_rows_ = rows;
+  }
+
+  // ---- small helpers ----------------------------------------------------------------------------
+  void sync() { check(cudaStreamSynchronize(stream_), "cuda stream"); }
+
+  void set_device_position() {
+    host_position_ = static_cast<int32_t>(position_);
+    check(cudaMemcpyAsync(d_.position, &host_position_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+          "position");
+  }
+
+  void note_device_used() {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+      device_used_peak_ = std::max<int64_t>(device_used_peak_, static_cast<int64_t>(total_b - free_b));
+  }
+
+  void check_tokens(std::span<const int32_t> tokens) const {
+    for (int32_t t : tokens)
+      if (t < 0 || t >= cfg_.vocab_size)
+        fail("token id {} is out of range (vocab size {})", t, cfg_.vocab_size);
+    if (position_ + static_cast<int64_t>(tokens.size()) > max_context_)
+      fail("context overflow: {} tokens in the sequence + {} new exceed the context size {}", position_,
+           tokens.size(), max_context_);
+  }
+
+  void gemv_one(const DeviceMatrix& m, const float* x, float* y, bool accumulate) {
+    GemvArgs a;
+    a.single = m;
+    a.format = m.format;
+    a.max_rows = m.rows;
+    a.max_cols = m.cols;
+    a.x = x;
+    a.y = y;
+    a.accumulate = accumulate;
+    gemv(a, stream_);
+  }
+
+  // y[t] = W·x[t] for n f32 rows (rows H apart in x, W.rows apart in y).
+  void gemv_rows(const DeviceMatrix& m, const float* x, int64_t n, float* y) {
+    constexpr int64_t kMaxRowsPerLaunch = 32768;  // the grid's y dimension
+    for (int64_t r0 = 0; r0 < n; r0 += kMaxRowsPerLaunch) {
+      GemvArgs a;
+      a.single = m;
+      a.format = m.format;
+      a.problems = static_cast<int>(std::min(kMaxRowsPerLaunch, n - r0));
+      a.max_rows = m.rows;
+      a.max_cols = m.cols;
+      a.x = x + r0 * m.cols;
+      a.x_stride = m.cols;
+      a.y = y + r0 * m.rows;
+      a.y_stride = m.rows;
+      gemv(a, stream_);
+    }
+  }
+
+  // Problem p: mats[p] · x -> y + p·y_stride, one launch when the formats agree.
+  void gemv_stack(std::initializer_list<DeviceMatrix> mats, const DeviceMatrix* table, const float* x,
+                  float* y, int64_t y_stride) {
+    const DeviceMatrix& first = *mats.begin();
+    const bool uniform =
+        std::all_of(mats.begin(), mats.end(), [&](const DeviceMatrix& m) { return same_format(m, first); });
+    if (!uniform) {
+      int64_t p = 0;
+      for (const DeviceMatrix& m : mats) gemv_one(m, x, y + y_stride * p++, false);
+      return;
+    }
+    GemvArgs a;
+    a.table = table;
+    a.problems = static_cast<int>(mats.size());
+    a.format = first.format;
+    for (const DeviceMatrix& m : mats)
+      a.max_rows = std::max(a.max_rows, m.rows), a.max_cols = std::max(a.max_cols, m.cols);
+    a.x = x;
+    a.y = y;
+    a.y_stride = y_stride;
+    gemv(a, stream_);
+  }
+
+  void gemm_one(const DeviceMatrix& m, const uint16_t* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
+                bool accumulate) {
+    GemmArgs a;
+    a.single = m;
+    a.format = m.format;
+    a.K = m.cols;
+    a.N = m.rows;
+    a.x = x;
+    a.ldx = ldx;
+    a.y = y;
+    a.ldy = ldy;
+    a.accumulate = accumulate;
+    a.n = n;
+    gemm(a, stream_);
+  }
+
+  // ---- decode -----------------------------------------------------------------------------------
+  void run_step(int32_t token) {
+    if (token != device_token_) {  // the device slot holds the last sampled token already
+      host_token_in_ = token;
+      check(cudaMemcpyAsync(d_.token, &host_token_in_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+            "token");
+    }
+    if (use_graph_) {
+      if (!graph_) capture_step();
+      check(cudaGraphLaunch(graph_, stream_), "cudaGraphLaunch");
+    } else {
+      enqueue_step();
+    }
+    ++position_;
+    device_token_ = -1;  // until decode_sampled reads back what the step chose
+  }
+
+  void capture_step() {
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    try {
+      enqueue_step();
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+    const cudaError_t status = cudaGraphInstantiate(&graph_, graph, 0);
+    cudaGraphDestroy(graph);
+    check(status, "cudaGraphInstantiate");
+  }
+
+  // Every kernel of one decode step, in order, on stream_.
+  void enqueue_step() {
+    const int64_t H = cfg_.hidden_size;
+    const float eps = cfg_.rms_norm_eps;
+    embed_rows(weights_.embed, d_.token, 1, d_.x, stream_);
+    for (int L = 0; L < cfg_.n_layers(); ++L) {
+      const CudaLayerWeights& lw = weights_.layers[static_cast<size_t>(L)];
+      const int slot = slot_[static_cast<size_t>(L)];
+      rms_norm_rows(d_.x, 1, H, lw.input_norm, eps, d_.normed, nullptr, stream_);
+      if (const auto* att = std::get_if<CudaAttentionWeights>(&lw.mixer))
+        decode_attention(*att, slot);
+      else
+        decode_deltanet(std::get<CudaDeltaNetWeights>(lw.mixer), slot);
+      rms_norm_rows(d_.x, 1, H, lw.post_norm, eps, d_.normed, nullptr, stream_);
+      decode_moe(lw.moe);
+    }
+    rms_norm_rows(d_.x, 1, H, weights_.final_norm, eps, d_.normed, nullptr, stream_);
+    gemv_one(weights_.lm_head, d_.normed, d_.logits, false);
+    sample_token(SampleArgs{d_.logits, cfg_.vocab_size, d_.sampling, d_.token, d_.position}, stream_);
+  }
+
+  void decode_attention(const CudaAttentionWeights& w, int slot) {
+    const int64_t ps = proj_stride(), hd = cfg_.head_dim;
+    const int64_t q_stride = cfg_.attn_output_gate ? 2 * hd : hd;
+    gemv_stack({w.q, w.k, w.v}, w.qkv_table, d_.normed, d_.proj, ps);
+    const auto& [kc, vc] = kv_cache_[static_cast<size_t>(slot)];
+    AttentionPrepArgs prep{d_.proj,
+                           0,
+                           q_stride,
+                           d_.proj + ps,
+                           d_.proj + 2 * ps,
+                           0,
+                           1,
+                           0,
+                           d_.position,
+                           cfg_.n_heads,
+                           cfg_.n_kv_heads,
+                           cfg_.head_dim,
+                           cfg_.rotary_dim,
+                           w.q_norm,
+                           w.k_norm,
+                           cfg_.rms_norm_eps,
+                           weights_.rope_inv_freq,
+                           d_.q,
+                           nullptr,
+                           kc,
+                           vc,
+                           max_context_};
+    attention_prep(prep, stream_);
+    AttentionDecodeArgs at{d_.q,
+                           kc,
+                           vc,
+                           max_context_,
+                           d_.position,
+                           cfg_.n_heads,
+                           cfg_.n_kv_heads,
+                           cfg_.head_dim,
+                           1.0f / std::sqrt(static_cast<float>(hd)),
+                           kAttentionSplits,
+                           d_.partial,
+                           cfg_.attn_output_gate ? d_.proj + hd : nullptr,
+                           q_stride,
+                           d_.att_out};
+    attention_decode(at, stream_);
+    gemv_one(w.o, d_.att_out, d_.x, true);
+  }
+
+  void decode_deltanet(const CudaDeltaNetWeights& w, int slot) {
+    const int64_t ps = proj_stride();
+    gemv_stack({w.qkv, w.z, w.b, w.a}, w.proj_table, d_.normed, d_.proj, ps);
+    const auto& [conv_state, rec_state] = deltanet_state_[static_cast<size_t>(slot)];
+    deltanet_conv({d_.proj, 0, 1, cfg_.conv_channels(), w.conv, cfg_.conv_kernel, conv_state, d_.conv, 0},
+                  stream_);
+    deltanet_prepare({d_.conv, 0, 1, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, d_.proj + 2 * ps,
+                      d_.proj + 3 * ps, 0, w.a_neg, w.dt_bias, d_.beta, d_.decay},
+                     stream_);
+    deltanet_scan({d_.conv, 0, d_.beta, d_.decay, 1, cfg_.lin_n_k_heads, cfg_.lin_n_v_heads, cfg_.lin_k_dim,
+                   cfg_.lin_v_dim, rec_state, d_.dn_out, 0},
+                  stream_);
+    gated_rms_norm_rows({d_.dn_out, 0, d_.proj + ps, 0, 1, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm,
+                         cfg_.rms_norm_eps, d_.dn_normed, nullptr, 0},
+                        stream_);
+    gemv_one(w.out, d_.dn_normed, d_.x, true);
+  }
+
+  void decode_moe(const CudaMoeWeights& w) {
+    const int64_t H = cfg_.hidden_size, E = cfg_.n_experts, k = cfg_.n_experts_per_tok, Im = imax();
+    gemv_stack({w.router, w.shared_gate}, w.route_table, d_.normed, d_.router, E);
+    moe_route_decode(d_.router, static_cast<int>(E), static_cast<int>(k), d_.ids, d_.weights,
+                     d_.gate_up_index, d_.down_index, stream_);
+    // gate|up rows: [gate of the k experts | up of the k experts | shared gate | shared up].
+    const bool shared_too = same_format(w.shared_gate_proj, w.shared_up) &&
+                            w.shared_gate_proj.format == w.expert_format &&
+                            w.shared_down.format == w.expert_format;
+    GemvArgs gu;
+    gu.table = w.experts;
+    gu.index = d_.gate_up_index;
+    gu.problems = static_cast<int>(shared_too ? 2 * k + 2 : 2 * k);
+    gu.format = w.expert_format;
+    gu.max_rows = Im;
+    gu.max_cols = H;
+    gu.x = d_.normed;
+    gu.y = d_.gate_up;
+    gu.y_stride = Im;
+    gemv(gu, stream_);
+    if (!shared_too) {
+      gemv_one(w.shared_gate_proj, d_.normed, d_.gate_up + 2 * k * Im, false);
+      gemv_one(w.shared_up, d_.normed, d_.gate_up + (2 * k + 1) * Im, false);
+    }
+    swiglu(d_.gate_up, d_.gate_up + k * Im, Im, k, cfg_.expert_dim, d_.act, Im, false, stream_);
+    swiglu(d_.gate_up + 2 * k * Im, d_.gate_up + (2 * k + 1) * Im, Im, 1, cfg_.shared_expert_dim,
+           d_.act + k * Im, Im, false, stream_);
+    GemvArgs dn;
+    dn.table = w.experts;
+    dn.index = d_.down_index;
+    dn.problems = static_cast<int>(shared_too ? k + 1 : k);
+    dn.format = w.expert_format;
+    dn.max_rows = H;
+    dn.max_cols = Im;
+    dn.x = d_.act;
+    dn.x_stride = Im;
+    dn.y = d_.down;
+    dn.y_stride = H;
+    gemv(dn, stream_);
+    if (!shared_too) gemv_one(w.shared_down, d_.act + k * Im, d_.down + k * H, false);
+    MoeCombine c{d_.x,          1,       H, static_cast<int>(k), d_.weights,
+                 nullptr,       d_.down, H, d_.down + k * H,     H,
+                 d_.router + E, 1};
+    moe_combine(c, stream_);
+  }
+
+  // ---- prefill ----------------------------------------------------------------------------------
+  void forward_chunk(const int32_t* tokens, int64_t n, const LayerObserver& observer) {
+    const int64_t H = cfg_.hidden_size;
+    const float eps = cfg_.rms_norm_eps;
+    check(cudaMemcpyAsync(p_.tokens, tokens, sizeof(int32_t) * static_cast<size_t>(n), cudaMemcpyHostToDevice,
+                          stream_),
+          "prefill: tokens");
+    embed_rows(weights_.embed, p_.tokens, n, p_.hidden, stream_);
+    if (observer) observe(observer, 0, n);
+    for (int L = 0; L < cfg_.n_layers(); ++L) {
+      const CudaLayerWeights& lw = weights_.layers[static_cast<size_t>(L)];
+      const int slot = slot_[static_cast<size_t>(L)];
+      rms_norm_rows(p_.hidden, n, H, lw.input_norm, eps, nullptr, p_.normed, stream_);
+      if (const auto* att = std::get_if<CudaAttentionWeights>(&lw.mixer))
+        prefill_attention(*att, slot, n);
+      else
+        prefill_deltanet(std::get<CudaDeltaNetWeights>(lw.mixer), slot, n);
+      rms_norm_rows(p_.hidden, n, H, lw.post_norm, eps, p_.normed_f32, p_.normed, stream_);
+      prefill_moe(lw.moe, n);
+      if (observer) observe(observer, L + 1, n);
+    }
+    position_ += n;
+  }
+
+  void observe(const LayerObserver& observer, int stage, int64_t n) {
+    std::vector<float> host(static_cast<size_t>(n * cfg_.hidden_size));
+    check(
+        cudaMemcpyAsync(host.data(), p_.hidden, host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+        "observer");
+    sync();
+    observer(stage, host.data(), n, position_);
+  }
+
+  void prefill_attention(const CudaAttentionWeights& w, int slot, int64_t n) {
+    const int64_t hd = cfg_.head_dim, q_rows = cfg_.q_proj_rows(), kvr = int64_t{cfg_.n_kv_heads} * hd;
+    const int64_t q_stride = cfg_.attn_output_gate ? 2 * hd : hd, nq_hd = int64_t{cfg_.n_heads} * hd;
+    const int64_t H = cfg_.hidden_size;
+    gemm_one(w.q, p_.normed, H, n, p_.qg, q_rows, false);
+    gemm_one(w.k, p_.normed, H, n, p_.k, kvr, false);
+    gemm_one(w.v, p_.normed, H, n, p_.v, kvr, false);
+    const auto& [kc, vc] = kv_cache_[static_cast<size_t>(slot)];
+    AttentionPrepArgs prep{p_.qg,
+                           q_rows,
+                           q_stride,
+                           p_.k,
+                           p_.v,
+                           kvr,
+                           n,
+                           position_,
+                           nullptr,
+                           cfg_.n_heads,
+                           cfg_.n_kv_heads,
+                           cfg_.head_dim,
+                           cfg_.rotary_dim,
+                           w.q_norm,
+                           w.k_norm,
+                           cfg_.rms_norm_eps,
+                           weights_.rope_inv_freq,
+                           nullptr,
+                           p_.q16,
+                           kc,
+                           vc,
+                           max_context_};
+    attention_prep(prep, stream_);
+    AttentionPrefillArgs at{p_.q16,
+                            kc,
+                            vc,
+                            max_context_,
+                            n,
+                            position_,
+                            cfg_.n_heads,
+                            cfg_.n_kv_heads,
+                            cfg_.head_dim,
+                            1.0f / std::sqrt(static_cast<float>(hd)),
+                            cfg_.attn_output_gate ? p_.qg + hd : nullptr,
+                            q_rows,
+                            q_stride,
+                            p_.att16};
+    attention_prefill(at, stream_);
+    gemm_one(w.o, p_.att16, nq_hd, n, p_.hidden, H, true);
+  }
+
+  void prefill_deltanet(const CudaDeltaNetWeights& w, int slot, int64_t n) {
+    const int64_t H = cfg_.hidden_size, C = cfg_.conv_channels(), Vt = cfg_.lin_v_total(),
+                  Hv = cfg_.lin_n_v_heads;
+    gemm_one(w.qkv, p_.normed, H, n, p_.qkv, C, false);
+    gemm_one(w.z, p_.normed, H, n, p_.z, Vt, false);
+    gemm_one(w.b, p_.normed, H, n, p_.b, Hv, false);
+    gemm_one(w.a, p_.normed, H, n, p_.a, Hv, false);
+    const auto& [conv_state, rec_state] = deltanet_state_[static_cast<size_t>(slot)];
+    deltanet_conv({p_.qkv, C, n, C, w.conv, cfg_.conv_kernel, conv_state, p_.conv, C}, stream_);
+    deltanet_prepare({p_.conv, C, n, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, p_.b, p_.a, Hv,
+                      w.a_neg, w.dt_bias, p_.beta, p_.decay},
+                     stream_);
+    deltanet_scan({p_.conv, C, p_.beta, p_.decay, n, cfg_.lin_n_k_heads, cfg_.lin_n_v_heads, cfg_.lin_k_dim,
+                   cfg_.lin_v_dim, rec_state, p_.dn_out, Vt},
+                  stream_);
+    gated_rms_norm_rows({p_.dn_out, Vt, p_.z, Vt, n, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm,
+                         cfg_.rms_norm_eps, nullptr, p_.dn16, Vt},
+                        stream_);
+    gemm_one(w.out, p_.dn16, Vt, n, p_.hidden, H, true);
+  }
+
+  void prefill_moe(const CudaMoeWeights& w, int64_t n) {
+    const int64_t H = cfg_.hidden_size, E = cfg_.n_experts, k = cfg_.n_experts_per_tok, I = cfg_.expert_dim,
+                  S = cfg_.shared_expert_dim;
+    // The router in f32 (gemv per row): expert choice is discrete, and bf16 inputs would flip
+    // near-tied choices away from what the decode path and the CPU pick.
+    gemv_rows(w.router, p_.normed_f32, n, p_.router);
+    gemv_rows(w.shared_gate, p_.normed_f32, n, p_.shared_logit);
+    moe_route(p_.router, E, n, static_cast<int>(E), static_cast<int>(k), p_.ids, p_.weights, stream_);
+    moe_group(p_.ids, n, static_cast<int>(k), static_cast<int>(E), p_.grouping, stream_);
+
+    GemmArgs gu;
+    gu.table = w.experts;
+    gu.table_stride = 3;
+    gu.table_base = 0;
+    gu.part_rows = I;
+    gu.format = w.expert_format;
+    gu.K = H;
+    gu.N = 2 * I;
+    gu.x = p_.normed;
+    gu.ldx = H;
+    gu.x_rows = p_.grouping.slot_row;
+    gu.y = p_.gate_up;
+    gu.ldy = 2 * I;
+    gu.tiles = p_.grouping.tiles;
+    gu.tile_count = p_.grouping.tile_count;
+    gu.max_tiles = moe_max_tiles(n * k, static_cast<int>(E));
+    gemm(gu, stream_);
+    swiglu(p_.gate_up, p_.gate_up + I, 2 * I, n * k, I, p_.act, I, true, stream_);
+    GemmArgs dn = gu;
+    dn.table_base = 2;
+    dn.part_rows = 0;
+    dn.K = I;
+    dn.N = H;
+    dn.x = p_.act;
+    dn.ldx = I;
+    dn.x_rows = nullptr;
+    dn.y = p_.down;
+    dn.ldy = H;
+    gemm(dn, stream_);
+
+    gemm_one(w.shared_gate_proj, p_.normed, H, n, p_.shared_gate_up, 2 * S, false);
+    gemm_one(w.shared_up, p_.normed, H, n, p_.shared_gate_up + S, 2 * S, false);
+    swiglu(p_.shared_gate_up, p_.shared_gate_up + S, 2 * S, n, S, p_.shared_act, S, true, stream_);
+    gemm_one(w.shared_down, p_.shared_act, S, n, p_.shared_down, H, false);
+    MoeCombine c{p_.hidden,           n,       H, static_cast<int>(k), p_.weights,
+                 p_.grouping.slot_of, p_.down, H, p_.shared_down,      H,
+                 p_.shared_logit,     1};
+    moe_combine(c, stream_);
+  }
+
+  // Logits of every row of the chunk just run, into host memory.
+  void chunk_logits_all(int64_t n, float* out) {
+    const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+    rms_norm_rows(p_.hidden, n, H, weights_.final_norm, cfg_.rms_norm_eps, nullptr, p_.normed, stream_);
+    for (int64_t r0 = 0; r0 < n; r0 += kLogitRowsPerPass) {
+      const int64_t rows = std::min(kLogitRowsPerPass, n - r0);
+      gemm_one(weights_.lm_head, p_.normed + r0 * H, H, rows, p_.logits, V, false);
+      check(cudaMemcpyAsync(out + r0 * V, p_.logits, sizeof(float) * static_cast<size_t>(rows * V),
+                            cudaMemcpyDeviceToHost, stream_),
+            "prefill: logits");
+    }
+  }
+
+  // The last row's logits, with f32 activations as decode computes them.
+  void chunk_logits_last(int64_t n, float* out) {
+    const int64_t H = cfg_.hidden_size;
+    rms_norm_rows(p_.hidden + (n - 1) * H, 1, H, weights_.final_norm, cfg_.rms_norm_eps, d_.normed, nullptr,
+                  stream_);
+    gemv_one(weights_.lm_head, d_.normed, d_.logits, false);
+    check(cudaMemcpyAsync(out, d_.logits, sizeof(float) * static_cast<size_t>(cfg_.vocab_size),
+                          cudaMemcpyDeviceToHost, stream_),
+          "prefill: logits");
+  }
+
+  const Model& model_;
+  const ModelConfig& cfg_;
+  int64_t max_context_;
+  bool use_graph_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t token_ready_ = nullptr;
+  int32_t* host_token_ = nullptr;                  // pinned: the chosen token comes back here
+  int32_t host_token_in_ = 0, host_position_ = 0;  // sources of small host-to-device copies
+  CudaModelWeights weights_;
+
+  DeviceBuffer state_buf_;
+  std::vector<std::pair<uint16_t*, uint16_t*>> kv_cache_;  // per attention layer: K, V
+  std::vector<std::pair<float*, float*>> deltanet_state_;  // per DeltaNet layer: conv window, recurrent S
+  std::vector<int> slot_;                                  // per layer: index into one of the two
+
+  DeviceBuffer decode_buf_, prefill_buf_;
+  DecodeScratch d_{};
+  PrefillScratch p_{};
+  int64_t prefill_rows_ = 0;
+  cudaGraphExec_t graph_ = nullptr;
+
+  int64_t position_ = 0;
+  int32_t device_token_ = -1;  // the token the device's input slot holds, or -1
+  SamplingState sampling_{};
+  int64_t device_used_peak_ = 0;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, const BackendOptions& options) {
+  return std::make_unique<CudaBackend>(model, options);
+}
+
+DeviceInfo probe_cuda_device() {
+  DeviceInfo info;
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  info.name = prop.name;
+  info.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  // A 1 GiB device-to-device copy, best of 5 after a warm-up, counting bytes read + written. Plain
+  // cudaMalloc: these buffers are not the backend's and stay out of its peak-memory count.
+  constexpr size_t kBytes = size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  check(cudaMalloc(&a, kBytes), "cudaMalloc");
+  check(cudaMalloc(&b, kBytes), "cudaMalloc");
+  check(cudaMemset(a, 1, kBytes), "cudaMemset");
+  cudaEvent_t t0, t1;
+  check(cudaEventCreate(&t0), "cudaEventCreate");
+  check(cudaEventCreate(&t1), "cudaEventCreate");
+  float best = 1e30f;
+  for (int i = 0; i < 6; ++i) {
+    check(cudaEventRecord(t0), "cudaEventRecord");
+    check(cudaMemcpyAsync(b, a, kBytes, cudaMemcpyDeviceToDevice), "copy bandwidth");
+    check(cudaEventRecord(t1), "cudaEventRecord");
+    check(cudaEventSynchronize(t1), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime");
+    if (i > 0) best = std::min(best, ms);
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  cudaFree(a);
+  cudaFree(b);
+  info.copy_gbps = 2.0 * static_cast<double>(kBytes) / (static_cast<double>(best) * 1e-3) / 1e9;
+  return info;
+}
+
+}  // namespace qwick

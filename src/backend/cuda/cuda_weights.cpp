@@ -1,0 +1,291 @@
+// Weight upload: plan every piece's place in one device allocation, then fill a pinned staging
+// buffer piece by piece and copy it over in large transfers.
+#include "backend/cuda/cuda_weights.h"
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "core/error.h"
+#include "core/numeric.h"
+#include "kernels/cuda_launch.h"
+
+namespace qwick::cuda {
+namespace {
+
+struct Piece {
+  size_t offset = 0, bytes = 0;
+  std::function<void(uint8_t*)> fill;  // writes `bytes` bytes
+};
+
+// A matrix whose device pointers are offsets into the storage until relocate().
+struct PlannedMatrix {
+  DeviceMatrix m;
+  size_t data = 0, scales = 0, biases = 0;
+};
+
+class Planner {
+ public:
+  size_t add(size_t bytes, std::function<void(uint8_t*)> fill) {
+    total_ = (total_ + 255) / 256 * 256;
+    pieces_.push_back({total_, bytes, std::move(fill)});
+    total_ += bytes;
+    return pieces_.back().offset;
+  }
+
+  size_t vector(const std::vector<float>& v) {
+    return add(v.size() * sizeof(float),
+               [&v](uint8_t* dst) { std::memcpy(dst, v.data(), v.size() * sizeof(float)); });
+  }
+
+  // `name` only labels errors.
+  size_t matrix(const WeightMatrix& w, const std::string& name) {
+    const auto key = std::make_tuple(w.data, w.rows, w.cols);
+    if (auto it = seen_.find(key); it != seen_.end()) return it->second;  // tied embedding
+    if (w.cols % 64 != 0) fail("{}: {} inputs; the CUDA kernels need a multiple of 64", name, w.cols);
+    PlannedMatrix p;
+    p.m.rows = w.rows;
+    p.m.cols = w.cols;
+    if (w.is_affine()) {
+      if (w.group_size % 32 != 0 || w.cols % w.group_size != 0)
+        fail("{}: group size {} does not suit the CUDA kernels (a multiple of 32 dividing {})", name,
+             w.group_size, w.cols);
+      p.m.format = w.format;
+      p.m.group_size = w.group_size;
+      p.m.row_bytes = w.cols * w.bits() / 8;
+      const size_t row_bytes = static_cast<size_t>(p.m.row_bytes);
+      p.data = add(row_bytes * static_cast<size_t>(w.rows), [w, row_bytes](uint8_t* dst) {
+        for (int64_t r = 0; r < w.rows; ++r)
+          std::memcpy(dst + static_cast<size_t>(r) * row_bytes,
+                      w.data + static_cast<size_t>(r) * w.row_stride, row_bytes);
+      });
+      const size_t group_bytes = static_cast<size_t>(w.cols / w.group_size) * 2;
+      auto copy_groups = [w, group_bytes](const uint8_t* src) {
+        return [w, group_bytes, src](uint8_t* dst) {
+          for (int64_t r = 0; r < w.rows; ++r)
+            std::memcpy(dst + static_cast<size_t>(r) * group_bytes,
+                        src + static_cast<size_t>(r) * w.group_stride, group_bytes);
+        };
+      };
+      p.scales = add(group_bytes * static_cast<size_t>(w.rows), copy_groups(w.scales));
+      p.biases = add(group_bytes * static_cast<size_t>(w.rows), copy_groups(w.biases));
+    } else {
+      p.m.format = WeightFormat::kBF16;
+      p.m.row_bytes = w.cols * 2;
+      p.data = add(static_cast<size_t>(p.m.row_bytes) * static_cast<size_t>(w.rows), [w](uint8_t* dst) {
+        auto* out = reinterpret_cast<uint16_t*>(dst);
+        for (int64_t r = 0; r < w.rows; ++r) {
+          const uint8_t* src = w.data + static_cast<size_t>(r) * w.row_stride;
+          uint16_t* o = out + r * w.cols;
+          switch (w.format) {
+            case WeightFormat::kBF16:
+              std::memcpy(o, src, static_cast<size_t>(w.cols) * 2);
+              break;
+            case WeightFormat::kF16:
+              for (int64_t c = 0; c < w.cols; ++c) o[c] = f32_to_bf16(f16_to_f32(load_u16(src + 2 * c)));
+              break;
+            default:
+              for (int64_t c = 0; c < w.cols; ++c) o[c] = f32_to_bf16(load_f32(src + 4 * c));
+          }
+        }
+      });
+    }
+    planned_.push_back(p);
+    return seen_[key] = planned_.size() - 1;
+  }
+
+  // After the storage exists: the matrix with real device pointers.
+  DeviceMatrix resolve(size_t id, const uint8_t* base) const {
+    const PlannedMatrix& p = planned_[id];
+    DeviceMatrix m = p.m;
+    m.data = base + p.data;
+    if (m.format != WeightFormat::kBF16) {
+      m.scales = reinterpret_cast<const uint16_t*>(base + p.scales);
+      m.biases = reinterpret_cast<const uint16_t*>(base + p.biases);
+    }
+    return m;
+  }
+
+  size_t total() const { return total_; }
+
+  // Fills and copies every piece, through a pinned staging buffer (pieces larger than it go alone).
+  void upload(uint8_t* base, cudaStream_t stream) const {
+    constexpr size_t kStaging = size_t{128} << 20;
+    uint8_t* staging = nullptr;
+    check(cudaMallocHost(&staging, kStaging), "cudaMallocHost (weight staging)");
+    std::unique_ptr<uint8_t, decltype(&cudaFreeHost)> guard(staging, &cudaFreeHost);
+    size_t begin = 0, end = 0;  // device range [begin, end) staged, at staging + (offset - begin)
+    auto flush = [&] {
+      if (end > begin) {
+        check(cudaMemcpyAsync(base + begin, staging, end - begin, cudaMemcpyHostToDevice, stream),
+              "weight upload");
+        check(cudaStreamSynchronize(stream), "weight upload");
+      }
+      begin = end = 0;
+    };
+    for (const Piece& p : pieces_) {
+      if (p.bytes > kStaging) {
+        flush();
+        std::vector<uint8_t> big(p.bytes);
+        p.fill(big.data());
+        check(cudaMemcpy(base + p.offset, big.data(), p.bytes, cudaMemcpyHostToDevice), "weight upload");
+        continue;
+      }
+      if (end == 0 || p.offset + p.bytes - begin > kStaging) {
+        flush();
+        begin = p.offset;
+      }
+      p.fill(staging + (p.offset - begin));
+      end = p.offset + p.bytes;
+    }
+    flush();
+  }
+
+ private:
+  std::vector<Piece> pieces_;
+  std::vector<PlannedMatrix> planned_;
+  std::map<std::tuple<const uint8_t*, int64_t, int64_t>, size_t> seen_;
+  size_t total_ = 0;
+};
+
+}  // namespace
+
+bool same_format(const DeviceMatrix& a, const DeviceMatrix& b) {
+  return a.format == b.format;
+}
+
+UploadedMatrix upload_matrix(const WeightMatrix& w, cudaStream_t stream) {
+  Planner plan;
+  const size_t id = plan.matrix(w, "matrix");
+  UploadedMatrix u;
+  u.storage = DeviceBuffer(plan.total());
+  plan.upload(u.storage.data(), stream);
+  u.m = plan.resolve(id, u.storage.data());
+  return u;
+}
+
+CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
+  const ModelConfig& cfg = model.config;
+  const ModelWeights& w = model.weights;
+  Planner plan;
+
+  // Pass 1: plan. Host structs keep ids/offsets; pass 2 turns them into device pointers.
+  struct LayerPlan {
+    size_t input_norm, post_norm;
+    std::vector<size_t> mats;  // attention: q k v o | deltanet: qkv z b a out
+    std::vector<size_t> vecs;  // attention: q_norm k_norm | deltanet: conv a_neg dt_bias norm
+    size_t router, shared_gate, sg, su, sd;
+    std::vector<size_t> experts;  // 3 per expert
+  };
+  std::vector<float> inv_freq;
+  for (int i = 0; i < cfg.rotary_dim / 2; ++i)
+    inv_freq.push_back(1.0f / std::pow(static_cast<float>(cfg.rope_theta),
+                                       static_cast<float>(2 * i) / static_cast<float>(cfg.rotary_dim)));
+  const size_t embed = plan.matrix(w.embed, "embedding");
+  const size_t lm_head = plan.matrix(w.lm_head, "lm_head");
+  const size_t final_norm = plan.vector(w.final_norm);
+  const size_t rope = plan.vector(inv_freq);
+  std::vector<LayerPlan> layers(w.layers.size());
+  for (size_t L = 0; L < w.layers.size(); ++L) {
+    const LayerWeights& lw = w.layers[L];
+    LayerPlan& lp = layers[L];
+    const std::string at = fmt::format("layer {} ", L);
+    lp.input_norm = plan.vector(lw.input_norm);
+    lp.post_norm = plan.vector(lw.post_norm);
+    if (const auto* att = std::get_if<AttentionWeights>(&lw.mixer)) {
+      lp.mats = {plan.matrix(att->q_proj, at + "q_proj"), plan.matrix(att->k_proj, at + "k_proj"),
+                 plan.matrix(att->v_proj, at + "v_proj"), plan.matrix(att->o_proj, at + "o_proj")};
+      lp.vecs = {plan.vector(att->q_norm), plan.vector(att->k_norm)};
+    } else {
+      const auto& dn = std::get<DeltaNetWeights>(lw.mixer);
+      lp.mats = {plan.matrix(dn.in_proj_qkv, at + "in_proj_qkv"), plan.matrix(dn.in_proj_z, at + "in_proj_z"),
+                 plan.matrix(dn.in_proj_b, at + "in_proj_b"), plan.matrix(dn.in_proj_a, at + "in_proj_a"),
+                 plan.matrix(dn.out_proj, at + "out_proj")};
+      lp.vecs = {plan.vector(dn.conv), plan.vector(dn.a_neg), plan.vector(dn.dt_bias), plan.vector(dn.norm)};
+    }
+    const MoeWeights& moe = lw.moe;
+    lp.router = plan.matrix(moe.router, at + "router");
+    lp.shared_gate = plan.matrix(moe.shared_gate, at + "shared_expert_gate");
+    lp.sg = plan.matrix(moe.shared.gate, at + "shared_expert.gate_proj");
+    lp.su = plan.matrix(moe.shared.up, at + "shared_expert.up_proj");
+    lp.sd = plan.matrix(moe.shared.down, at + "shared_expert.down_proj");
+    for (size_t e = 0; e < moe.experts.size(); ++e) {
+      const ExpertWeights& ex = moe.experts[e];
+      const std::string name = fmt::format("{}expert {} ", at, e);
+      lp.experts.push_back(plan.matrix(ex.gate, name + "gate"));
+      lp.experts.push_back(plan.matrix(ex.up, name + "up"));
+      lp.experts.push_back(plan.matrix(ex.down, name + "down"));
+    }
+  }
+
+  CudaModelWeights out;
+  out.storage = DeviceBuffer(plan.total());
+  plan.upload(out.storage.data(), stream);
+  const uint8_t* base = out.storage.data();
+  auto M = [&](size_t id) { return plan.resolve(id, base); };
+  auto V = [&](size_t off) { return reinterpret_cast<const float*>(base + off); };
+
+  // The tables: every device array of DeviceMatrix, in one second allocation.
+  std::vector<DeviceMatrix> tables;
+  struct TableRefs {
+    size_t qkv = 0, proj = 0, route = 0, experts = 0;
+  };
+  std::vector<TableRefs> refs(layers.size());
+  out.embed = M(embed);
+  out.lm_head = M(lm_head);
+  out.final_norm = V(final_norm);
+  out.rope_inv_freq = V(rope);
+  for (size_t L = 0; L < layers.size(); ++L) {
+    const LayerPlan& lp = layers[L];
+    CudaLayerWeights cl;
+    cl.input_norm = V(lp.input_norm);
+    cl.post_norm = V(lp.post_norm);
+    if (lp.vecs.size() == 2) {
+      CudaAttentionWeights a{M(lp.mats[0]), M(lp.mats[1]), M(lp.mats[2]), M(lp.mats[3]),
+                             nullptr,       V(lp.vecs[0]), V(lp.vecs[1])};
+      refs[L].qkv = tables.size();
+      tables.insert(tables.end(), {a.q, a.k, a.v});
+      cl.mixer = a;
+    } else {
+      CudaDeltaNetWeights d{M(lp.mats[0]), M(lp.mats[1]), M(lp.mats[2]), M(lp.mats[3]), M(lp.mats[4]),
+                            nullptr,       V(lp.vecs[0]), V(lp.vecs[1]), V(lp.vecs[2]), V(lp.vecs[3])};
+      refs[L].proj = tables.size();
+      tables.insert(tables.end(), {d.qkv, d.z, d.b, d.a});
+      cl.mixer = d;
+    }
+    CudaMoeWeights& m = cl.moe;
+    m.router = M(lp.router);
+    m.shared_gate = M(lp.shared_gate);
+    m.shared_gate_proj = M(lp.sg);
+    m.shared_up = M(lp.su);
+    m.shared_down = M(lp.sd);
+    refs[L].route = tables.size();
+    tables.insert(tables.end(), {m.router, m.shared_gate});
+    refs[L].experts = tables.size();
+    for (size_t id : lp.experts) tables.push_back(M(id));
+    tables.insert(tables.end(), {m.shared_gate_proj, m.shared_up, m.shared_down});
+    m.expert_format = lp.experts.empty() ? WeightFormat::kBF16 : M(lp.experts[0]).format;
+    for (size_t id : lp.experts)
+      if (M(id).format != m.expert_format) fail("layer {}: the routed experts mix weight formats", L);
+    out.layers.push_back(cl);
+  }
+  out.tables = DeviceBuffer(tables.size() * sizeof(DeviceMatrix));
+  check(cudaMemcpy(out.tables.data(), tables.data(), tables.size() * sizeof(DeviceMatrix),
+                   cudaMemcpyHostToDevice),
+        "weight tables upload");
+  const auto* t = reinterpret_cast<const DeviceMatrix*>(out.tables.data());
+  for (size_t L = 0; L < layers.size(); ++L) {
+    CudaLayerWeights& cl = out.layers[L];
+    if (auto* a = std::get_if<CudaAttentionWeights>(&cl.mixer)) a->qkv_table = t + refs[L].qkv;
+    if (auto* d = std::get_if<CudaDeltaNetWeights>(&cl.mixer)) d->proj_table = t + refs[L].proj;
+    cl.moe.route_table = t + refs[L].route;
+    cl.moe.experts = t + refs[L].experts;
+  }
+  out.bytes = static_cast<int64_t>(out.storage.size() + out.tables.size());
+  return out;
+}
+
+}  // namespace qwick::cuda

@@ -1,0 +1,74 @@
+// The model's weights on the GPU, uploaded once in their file format (see DeviceMatrix in
+// kernels/matmul/matmul_cuda.h): affine 4/8-bit codes with bf16 scales and biases, dense matrices
+// as bf16 (f32 and f16 files are converted to bf16 at upload), the small f32 vectors as the CPU
+// backend holds them. One struct per layer kind, mirroring model/weights.h; the gemv/gemm tables
+// (several matrices read by one launch) are device arrays of DeviceMatrix.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <variant>
+#include <vector>
+
+#include "backend/cuda/device_buffer.h"
+#include "kernels/matmul/matmul_cuda.h"
+#include "model/model.h"
+
+namespace qwick::cuda {
+
+struct CudaAttentionWeights {
+  DeviceMatrix q, k, v, o;        // shapes as AttentionWeights
+  const DeviceMatrix* qkv_table;  // device [3]: q, k, v (one gemv launch)
+  const float* q_norm;            // [head_dim], 1 + w
+  const float* k_norm;
+};
+
+struct CudaDeltaNetWeights {
+  DeviceMatrix qkv, z, b, a, out;  // shapes as DeltaNetWeights
+  const DeviceMatrix* proj_table;  // device [4]: qkv, z, b, a
+  const float* conv;               // [channels, K]
+  const float* a_neg;              // [Hv]
+  const float* dt_bias;            // [Hv]
+  const float* norm;               // [Dv]
+};
+
+struct CudaMoeWeights {
+  DeviceMatrix router, shared_gate;  // [E, hidden], [1, hidden]
+  const DeviceMatrix* route_table;   // device [2]: router, shared_gate
+  DeviceMatrix shared_gate_proj, shared_up, shared_down;
+  const DeviceMatrix* experts;  // device [(E + 1) · 3]: gate, up, down of expert e at 3e; shared at 3E
+  WeightFormat expert_format;   // of every routed expert matrix
+};
+
+struct CudaLayerWeights {
+  const float* input_norm;  // [hidden], 1 + w
+  const float* post_norm;
+  std::variant<CudaDeltaNetWeights, CudaAttentionWeights> mixer;
+  CudaMoeWeights moe;
+};
+
+struct CudaModelWeights {
+  DeviceMatrix embed, lm_head;
+  const float* final_norm;
+  const float* rope_inv_freq;  // [rotary_dim / 2], as RopeTable computes it
+  std::vector<CudaLayerWeights> layers;
+  int64_t bytes = 0;  // device bytes of all of the above
+
+  DeviceBuffer storage, tables;
+};
+
+// Uploads every matrix and vector the forward pass reads. Throws Error naming the tensor when a
+// matrix's shape does not suit the kernels (inputs a multiple of 64, groups a multiple of 32).
+CudaModelWeights upload_weights(const Model& model, cudaStream_t stream);
+
+// One matrix on its own (tests), through the same upload path.
+struct UploadedMatrix {
+  DeviceBuffer storage;
+  DeviceMatrix m;
+};
+UploadedMatrix upload_matrix(const WeightMatrix& w, cudaStream_t stream);
+
+// True when the matrices can share one gemv/gemm launch (same format).
+bool same_format(const DeviceMatrix& a, const DeviceMatrix& b);
+
+}  // namespace qwick::cuda

@@ -1,0 +1,286 @@
+// qwick bench: prefill and decode throughput over prompt/context lengths, against this model's
+// per-token byte and FLOP counts (bench_cost.h), plus the llama-bench style pp/tg table.
+//
+//   prefill at L   reset, prefill L synthetic tokens (chunks of --chunk), median of --prefill-reps
+//                  (fewer once a length's runs exceed --rep-budget seconds)
+//   decode at L    right after a prefill of L tokens, --decode-reps runs of --decode-tokens greedy
+//                  steps each (device-side sampling where the backend has it), median tokens/s;
+//                  GB/s = bytes a step must read (active weights + DeltaNet states + KV of the
+//                  context) / time per token
+//   ppN / tgN      prefill N tokens from empty; N greedy decode steps from empty; mean ± sd
+// Also prints the device's measured copy bandwidth and the backend's peak device memory, and writes
+// --json and --plot (PNG) files.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/bench_cost.h"
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "cli/png_plot.h"
+#include "core/error.h"
+#include "model/synthetic_model.h"
+
+namespace qwick {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::vector<int64_t> parse_lengths(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (item.empty()) continue;
+    int64_t mult = 1;
+    if (item.back() == 'K' || item.back() == 'k') mult = 1024, item.pop_back();
+    const int64_t v = parse_int(item, "--lengths") * mult;
+    if (v <= 0) fail("--lengths: {} is not a positive length", v);
+    out.push_back(v);
+  }
+  if (out.empty()) fail("--lengths: no lengths given");
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+double mean(const std::vector<double>& v) {
+  return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+double stddev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double m = mean(v);
+  double s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / static_cast<double>(v.size() - 1));
+}
+
+std::string length_name(int64_t n) {
+  return n >= 1024 && n % 1024 == 0 ? std::to_string(n / 1024) + "K" : std::to_string(n);
+}
+
+class Runner {
+ public:
+  Runner(Backend& b, int64_t vocab)
+      : backend_(b),
+        logits_(static_cast<size_t>(vocab)),
+        vocab_(special_token_base(vocab)) {}  // ordinary ids only
+  // Synthetic prompt: a fixed pseudo-random sequence of ordinary token ids.
+  std::span<const int32_t> prompt(int64_t n) {
+    while (static_cast<int64_t>(tokens_.size()) < n) {
+      state_ = state_ * 6364136223846793005ull + 1442695040888963407ull;
+      tokens_.push_back(static_cast<int32_t>((state_ >> 33) % static_cast<uint64_t>(vocab_)));
+    }
+    return {tokens_.data(), static_cast<size_t>(n)};
+  }
+  // Seconds to prefill n tokens into an empty sequence.
+  double prefill(int64_t n, int64_t chunk) {
+    backend_.reset();
+    PrefillOptions opt;
+    opt.chunk = chunk;
+    const auto t0 = Clock::now();
+    backend_.prefill(prompt(n), logits_, opt);
+    const double s = seconds_since(t0);
+    next_ = static_cast<int32_t>(std::max_element(logits_.begin(), logits_.end()) - logits_.begin());
+    return s;
+  }
+  // Seconds for `steps` greedy decode steps continuing the current sequence.
+  double decode(int64_t steps) {
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < steps; ++i) {
+      int32_t next = 0;
+      if (backend_.decode_sampled(next_, DeviceSampling{}, &next)) {
+        next_ = next;
+      } else {
+        backend_.decode(next_, logits_);
+        next_ = static_cast<int32_t>(std::max_element(logits_.begin(), logits_.end()) - logits_.begin());
+      }
+    }
+    return seconds_since(t0);
+  }
+  void reset(int32_t first) {
+    backend_.reset();
+    next_ = first;
+  }
+
+ private:
+  Backend& backend_;
+  std::vector<float> logits_;
+  std::vector<int32_t> tokens_;
+  int32_t vocab_;
+  uint64_t state_ = 0x2545f4914f6cdd1dull;
+  int32_t next_ = 0;
+};
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  EngineOptions engine;
+  std::string lengths_text = "256,512,1K,2K,4K,8K,16K,32K,64K,128K", json_path, plot_path;
+  int64_t prefill_reps = 3, decode_reps = 3, decode_tokens = 32, chunk = 4096, pp = 512, tg = 128,
+          table_reps = 5;
+  double rep_budget = 30;
+  ArgParser p("qwick bench [options]",
+              "Measures prefill throughput at prompt lengths and decode throughput at context lengths\n"
+              "(batch 1, synthetic prompts, medians), with achieved GB/s and TFLOP/s against this model's\n"
+              "per-token bytes and FLOPs, then the llama-bench style ppN / tgN table.");
+  engine.add_to(p);
+  p.option({"--lengths"}, "LIST", "prompt / context lengths, comma separated (K = 1024)", &lengths_text);
+  p.option({"--prefill-reps"}, "N", "prefill runs per length (median)", &prefill_reps);
+  p.option({"--rep-budget"}, "S", "stop repeating a length's prefill once its runs took this many seconds",
+           &rep_budget);
+  p.option({"--decode-reps"}, "N", "decode runs per length (median)", &decode_reps);
+  p.option({"--decode-tokens"}, "N", "decode steps per run", &decode_tokens);
+  p.option({"--chunk"}, "N", "prefill chunk size", &chunk);
+  p.option({"--pp"}, "N", "prompt length of the ppN row (0 = no table)", &pp);
+  p.option({"--tg"}, "N", "generated tokens of the tgN row (0 = no table)", &tg);
+  p.option({"--table-reps"}, "N", "runs per table row (mean ± sd)", &table_reps);
+  p.option({"--json"}, "FILE", "write every measurement here", &json_path);
+  p.option({"--plot"}, "FILE", "write a PNG of both curves here", &plot_path);
+  if (!p.parse(argc, argv)) return 0;
+  const std::vector<int64_t> lengths = parse_lengths(lengths_text);
+  for (int64_t v : {prefill_reps, decode_reps, decode_tokens, chunk, table_reps})
+    if (v <= 0) fail("bench: counts and sizes must be positive");
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  if (engine.ctx_size == 0) engine.ctx_size = std::max({longest + decode_reps * decode_tokens, pp, tg}) + 1;
+
+  Engine e = open_engine(engine);
+  Backend& backend = *e.backend;
+  const ModelConfig& cfg = e.model->config;
+  const std::string device = backend.name();
+  const DeviceInfo dev = probe_device(device);
+  const TokenCost cost = token_cost(*e.model);
+  std::printf("device   %s (%s)%s, copy bandwidth %.0f GB/s (measured)\n", device.c_str(), dev.name.c_str(),
+              dev.memory_bytes
+                  ? fmt::format(", {:.1f} GiB", static_cast<double>(dev.memory_bytes) / (1 << 30)).c_str()
+                  : "",
+              dev.copy_gbps);
+  std::printf("model    %s: %.2f GB of weights, %.2f B parameters\n", e.model->dir.string().c_str(),
+              cost.total_bytes / 1e9, cost.total_params / 1e9);
+  std::printf(
+      "per decoded token: %.3f GB active weights + %.3f GB DeltaNet states (r+w) + %.1f KiB KV per context "
+      "token;"
+      " %.2f GFLOP + %.1f KFLOP per context token\n\n",
+      cost.weight_bytes / 1e9, cost.state_bytes / 1e9, cost.kv_bytes_per_ctx / 1024,
+      (cost.matmul_flops + cost.deltanet_flops) / 1e9, cost.attn_flops_per_ctx / 1e3);
+
+  Runner run(backend, cfg.vocab_size);
+  nlohmann::json rows = nlohmann::json::array();
+  std::vector<double> xs, pre_tps, dec_tps;
+  std::printf(
+      "| length | prefill tok/s | prefill TFLOP/s | decode tok/s | decode ms/tok | decode GB/s | %% of copy "
+      "| decode TFLOP/s |\n");
+  std::printf(
+      "| -----: | ------------: | --------------: | -----------: | ------------: | ----------: | --------: | "
+      "-------------: |\n");
+  for (int64_t L : lengths) {
+    std::vector<double> pre, dec;
+    for (double spent = 0;
+         static_cast<int64_t>(pre.size()) < prefill_reps && (pre.empty() || spent < rep_budget);)
+      spent += pre.emplace_back(run.prefill(L, chunk));
+    // The sequence now holds L tokens: decode on top of it.
+    for (int64_t r = 0; r < decode_reps; ++r)
+      dec.push_back(run.decode(decode_tokens) / static_cast<double>(decode_tokens));
+    const double pre_s = median(pre), dec_s = median(dec);
+    const int64_t ctx = L + decode_reps * decode_tokens / 2;  // the context in the middle of the decode runs
+    const double pre_tok = static_cast<double>(L) / pre_s, dec_tok = 1.0 / dec_s;
+    const double pre_tflops = cost.prefill_flops(L) / pre_s / 1e12;
+    const double dec_gbps = cost.decode_bytes(ctx) / dec_s / 1e9,
+                 dec_tflops = cost.decode_flops(ctx) / dec_s / 1e12;
+    std::printf("| %6s | %13.1f | %15.2f | %12.1f | %13.3f | %11.1f | %8.1f%% | %14.3f |\n",
+                length_name(L).c_str(), pre_tok, pre_tflops, dec_tok, dec_s * 1e3, dec_gbps,
+                100 * dec_gbps / dev.copy_gbps, dec_tflops);
+    std::fflush(stdout);
+    rows.push_back({{"length", L},
+                    {"prefill_seconds", pre},
+                    {"prefill_tokens_per_s", pre_tok},
+                    {"prefill_tflops", pre_tflops},
+                    {"decode_seconds_per_token", dec},
+                    {"decode_tokens_per_s", dec_tok},
+                    {"decode_gbps", dec_gbps},
+                    {"decode_tflops", dec_tflops},
+                    {"decode_bytes_per_token", cost.decode_bytes(ctx)}});
+    xs.push_back(static_cast<double>(L));
+    pre_tps.push_back(pre_tok);
+    dec_tps.push_back(dec_tok);
+  }
+
+  nlohmann::json table = nlohmann::json::array();
+  if (pp > 0 && tg > 0) {
+    std::vector<double> pp_tps, tg_tps;
+    for (int64_t r = 0; r < table_reps; ++r)
+      pp_tps.push_back(static_cast<double>(pp) / run.prefill(pp, chunk));
+    for (int64_t r = 0; r < table_reps; ++r) {
+      run.reset(1);
+      tg_tps.push_back(static_cast<double>(tg) / run.decode(tg));
+    }
+    const std::string model_name = fmt::format(
+        "{} {}L {}e/top{} {}", cfg.model_type, cfg.n_layers(), cfg.n_experts, cfg.n_experts_per_tok,
+        cfg.quant.enabled ? fmt::format("MLX {}-bit", cfg.quant.defaults.bits) : "bf16");
+    std::printf(
+        "\n| model | size | params | backend | test | t/s |\n| --- | ---: | ---: | --- | ---: | ---: |\n");
+    for (auto [name, v] :
+         {std::pair{fmt::format("pp{}", pp), pp_tps}, std::pair{fmt::format("tg{}", tg), tg_tps}}) {
+      std::printf("| %s | %.2f GiB | %.2f B | %s | %s | %.2f ± %.2f |\n", model_name.c_str(),
+                  cost.total_bytes / (1 << 30), cost.total_params / 1e9, device.c_str(), name.c_str(),
+                  mean(v), stddev(v));
+      table.push_back({{"test", name}, {"tokens_per_s", v}, {"mean", mean(v)}, {"sd", stddev(v)}});
+    }
+  }
+
+  const BackendMemory mem = backend.memory();
+  const auto gib = [](int64_t b) { return static_cast<double>(b) / (1 << 30); };
+  if (mem.peak > 0)
+    std::printf(
+        "\ndevice memory: peak %.2f GiB held by qwick (weights %.2f, sequence state %.2f at context %lld, "
+        "scratch %.2f);"
+        " device reports %.2f GiB in use at most\n",
+        gib(mem.peak), gib(mem.weights), gib(mem.state), static_cast<long long>(backend.max_context()),
+        gib(mem.scratch), gib(mem.device_used));
+
+  if (!json_path.empty()) {
+    nlohmann::json j = {{"device", device},
+                        {"device_name", dev.name},
+                        {"copy_gbps", dev.copy_gbps},
+                        {"model", e.model->dir.string()},
+                        {"chunk", chunk},
+                        {"cost",
+                         {{"weight_bytes", cost.weight_bytes},
+                          {"state_bytes", cost.state_bytes},
+                          {"kv_bytes_per_context_token", cost.kv_bytes_per_ctx},
+                          {"flops_per_token", cost.matmul_flops + cost.deltanet_flops},
+                          {"attention_flops_per_context_token", cost.attn_flops_per_ctx}}},
+                        {"lengths", rows},
+                        {"table", table},
+                        {"memory",
+                         {{"weights", mem.weights},
+                          {"state", mem.state},
+                          {"scratch", mem.scratch},
+                          {"peak", mem.peak},
+                          {"device_used", mem.device_used},
+                          {"context", backend.max_context()}}}};
+    std::ofstream out(json_path);
+    out << j.dump(2) << "\n";
+    if (!out) fail("{}: cannot write", json_path);
+  }
+  if (!plot_path.empty())
+    write_plot_png(plot_path,
+                   {PlotPanel{"PREFILL TOKENS/S VS PROMPT LENGTH", {PlotSeries{device, xs, pre_tps}}},
+                    PlotPanel{"DECODE TOKENS/S VS CONTEXT", {PlotSeries{device, xs, dec_tps}}}});
+  return 0;
+}
+
+}  // namespace qwick

@@ -1,0 +1,77 @@
+// Gated full attention on the GPU (model-spec.md §2.3, §2.4), bf16 KV cache [n_kv_heads, capacity,
+// head_dim] per layer, f32 softmax:
+//
+//   attention_prep     per token: q and k RMSNorm (1 + w) per head, partial NeoX RoPE on the first
+//                      rotary_dim dims, q written out (f32 for decode, bf16 for prefill), k and v
+//                      rounded to bf16 into the cache at their positions
+//   attention_decode   one query row against the cache, flash-decoding: the context is cut into
+//                      `splits` ranges; a block per (kv head, range) holds the kv head's G = nq/nkv
+//                      query heads, so each K/V row is read once for all of them; partial (max, sum,
+//                      unnormalised output) per range, then a combine that also applies the sigmoid
+//                      output gate. The context length comes from the device (graph replays).
+//   attention_prefill  causal attention of a chunk's rows (positions pos0 ..) over the cache on the
+//                      tensor cores (flash-attention 2 layout: 64 query rows of one head per block,
+//                      64-key tiles, online softmax, P·V from registers), output gate fused, bf16 out.
+//
+// Tests: tests/cuda/cuda_kernels_test.cu (Attention.*) against rms_norm/apply_rope and `attend`.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace qwick::cuda {
+
+struct AttentionPrepArgs {
+  const float* qg;  // q_proj rows [n, ld_qg]: head h at h·q_stride (q, then its gate when gated)
+  int64_t ld_qg, q_stride;
+  const float* k;  // [n, ld_kv], kv head j at j·head_dim
+  const float* v;
+  int64_t ld_kv;
+  int64_t n;
+  int64_t pos0;          // position of row 0 ...
+  const int32_t* d_pos;  // ... plus *d_pos when non-null (decode: the device's position counter)
+  int n_heads, n_kv_heads, head_dim, rotary_dim;
+  const float* q_norm;  // [head_dim], 1 + w
+  const float* k_norm;
+  float eps;
+  const float* inv_freq;  // [rotary_dim / 2]
+  float* q_f32;           // one of the two: [n, n_heads, head_dim]
+  uint16_t* q_bf16;
+  uint16_t* k_cache;  // [n_kv_heads, capacity, head_dim] bf16
+  uint16_t* v_cache;
+  int64_t capacity;
+};
+void attention_prep(const AttentionPrepArgs& a, cudaStream_t stream);
+
+struct AttentionDecodeArgs {
+  const float* q;  // [n_heads, head_dim]
+  const uint16_t* k_cache;
+  const uint16_t* v_cache;
+  int64_t capacity;
+  const int32_t* d_pos;  // the row's position: attends to [0, *d_pos]
+  int n_heads, n_kv_heads, head_dim;
+  float scale;
+  int splits;
+  float* partial;     // [n_heads, splits, head_dim + 2] scratch
+  const float* gate;  // head h's gate at gate + h·gate_stride, or null (no output gate)
+  int64_t gate_stride;
+  float* out;  // [n_heads · head_dim]
+};
+void attention_decode(const AttentionDecodeArgs& a, cudaStream_t stream);
+
+struct AttentionPrefillArgs {
+  const uint16_t* q;  // [n, n_heads, head_dim] bf16
+  const uint16_t* k_cache;
+  const uint16_t* v_cache;
+  int64_t capacity;
+  int64_t n, pos0;                    // rows at positions [pos0, pos0 + n); the cache holds [0, pos0 + n)
+  int n_heads, n_kv_heads, head_dim;  // head_dim in {32, 64, 128, 256}
+  float scale;
+  const float* gate;  // row t, head h: gate + t·ld_gate + h·gate_stride; null: no output gate
+  int64_t ld_gate, gate_stride;
+  uint16_t* out;  // [n, n_heads · head_dim] bf16
+};
+void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t stream);
+
+}  // namespace qwick::cuda

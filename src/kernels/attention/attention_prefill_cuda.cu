@@ -1,0 +1,209 @@
+// Prefill attention on the tensor cores (contract in attention_cuda.h), flash-attention 2 layout.
+//
+// Block (query head h, 64 rows of the chunk), 4 warps of 16 rows. Shared memory, bf16, rows padded
+// by 8 elements:  Qs [64][HD]   Ks [64 keys][HD]   Vt [HD][64 keys] (V transposed at load, so the
+// P·V operand is a contiguous pair along keys like every other fragment). Per 64-key tile:
+//   S = Q·Kᵀ        mma.sync m16n8k16, 8 key columns per n-tile, HD/16 k steps
+//   mask            key position > query position -> -inf (causality; later keys are masked too)
+//   online softmax  row max/sum across the 4 lanes sharing a row (shuffles), rescale O
+//   O += P·V        P re-packed from the S accumulators into A fragments (registers only)
+// Rows past the chunk load zeros and are not written. The sigmoid output gate is applied at the end.
+// Fragment layouts as in kernels/matmul/gemm_cuda.cu.
+#include "kernels/attention/attention_cuda.h"
+#include "kernels/cuda_common.cuh"
+#include "kernels/cuda_launch.h"
+
+namespace qwick::cuda {
+namespace {
+
+constexpr int kRows = 64, kKeys = 64, kThreads = 128;
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int HD>
+struct Smem {
+  static constexpr int kLdQ = HD + 8, kLdV = kKeys + 8;
+  static constexpr size_t kBytes = sizeof(uint16_t) * (2 * kRows * kLdQ + HD * kLdV);
+};
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionPrefillArgs a) {
+  constexpr int kLdQ = Smem<HD>::kLdQ, kLdV = Smem<HD>::kLdV;
+  extern __shared__ uint4 smem4[];
+  uint16_t* Qs = reinterpret_cast<uint16_t*>(smem4);
+  uint16_t* Ks = Qs + kRows * kLdQ;
+  uint16_t* Vt = Ks + kRows * kLdQ;
+
+  const int h = blockIdx.x, kvh = h / (a.n_heads / a.n_kv_heads);
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kRows;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  constexpr int kChunks = HD / 8;  // 16-byte chunks per row
+
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const int64_t t = t0 + r;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (t < a.n) v = *reinterpret_cast<const uint4*>(a.q + (t * a.n_heads + h) * HD + c * 8);
+    *reinterpret_cast<uint4*>(Qs + r * kLdQ + c * 8) = v;
+  }
+
+  // Each thread owns rows g and g + 8 of its warp's 16.
+  const int64_t qpos0 = a.pos0 + t0 + warp * 16 + g, qpos1 = qpos0 + 8;
+  float o[HD / 8][4] = {};
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  const int64_t kv_end = min(a.pos0 + a.n, a.pos0 + t0 + kRows);
+  const uint16_t* kc = a.k_cache + static_cast<int64_t>(kvh) * a.capacity * HD;
+  const uint16_t* vc = a.v_cache + static_cast<int64_t>(kvh) * a.capacity * HD;
+
+  for (int64_t kv0 = 0; kv0 < kv_end; kv0 += kKeys) {
+    __syncthreads();  // the previous tile is consumed (and, first time round, Qs is written)
+    for (int i = threadIdx.x; i < kKeys * kChunks; i += kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      const int64_t p = kv0 + r;
+      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+      if (p < kv_end) {
+        kv = *reinterpret_cast<const uint4*>(kc + p * HD + c * 8);
+        vv = *reinterpret_cast<const uint4*>(vc + p * HD + c * 8);
+      }
+      *reinterpret_cast<uint4*>(Ks + r * kLdQ + c * 8) = kv;
+      const uint32_t vw[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        Vt[(c * 8 + e) * kLdV + r] = static_cast<uint16_t>(vw[e / 2] >> (16 * (e % 2)));
+    }
+    __syncthreads();
+
+    float s[kKeys / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < HD; kk += 16) {
+      const uint16_t* qb = Qs + (warp * 16 + g) * kLdQ + kk + 2 * tq;
+      const uint32_t a0 = *reinterpret_cast<const uint32_t*>(qb);
+      const uint32_t a1 = *reinterpret_cast<const uint32_t*>(qb + 8 * kLdQ);
+      const uint32_t a2 = *reinterpret_cast<const uint32_t*>(qb + 8);
+      const uint32_t a3 = *reinterpret_cast<const uint32_t*>(qb + 8 * kLdQ + 8);
+#pragma unroll
+      for (int nt = 0; nt < kKeys / 8; ++nt) {
+        const uint16_t* kb = Ks + (nt * 8 + g) * kLdQ + kk + 2 * tq;
+        mma_bf16(s[nt], a0, a1, a2, a3, *reinterpret_cast<const uint32_t*>(kb),
+                 *reinterpret_cast<const uint32_t*>(kb + 8));
+      }
+    }
+
+    // Scale, mask, row maxima.
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t kp = kv0 + nt * 8 + 2 * tq + e;
+        s[nt][e] = kp <= qpos0 ? s[nt][e] * a.scale : -INFINITY;
+        s[nt][2 + e] = kp <= qpos1 ? s[nt][2 + e] * a.scale : -INFINITY;
+        mx0 = fmaxf(mx0, s[nt][e]);
+        mx1 = fmaxf(mx1, s[nt][2 + e]);
+      }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, off));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, off));
+    }
+    // A row with every key masked so far keeps max -inf; exponentiate against 0 then (all p = 0).
+    const float base0 = mx0 == -INFINITY ? 0.0f : mx0, base1 = mx1 == -INFINITY ? 0.0f : mx1;
+    const float c0 = expf(m0 - base0), c1 = expf(m1 - base1);
+    m0 = mx0, m1 = mx1;
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[nt][e] = expf(s[nt][e] - base0);
+        s[nt][2 + e] = expf(s[nt][2 + e] - base1);
+        sum0 += s[nt][e];
+        sum1 += s[nt][2 + e];
+      }
+    l0 = l0 * c0 + sum0;
+    l1 = l1 * c1 + sum1;
+#pragma unroll
+    for (int nt = 0; nt < HD / 8; ++nt) o[nt][0] *= c0, o[nt][1] *= c0, o[nt][2] *= c1, o[nt][3] *= c1;
+
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks) {
+      const uint32_t p0 = pack_bf16x2(s[2 * ks][0], s[2 * ks][1]);
+      const uint32_t p1 = pack_bf16x2(s[2 * ks][2], s[2 * ks][3]);
+      const uint32_t p2 = pack_bf16x2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+      const uint32_t p3 = pack_bf16x2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+#pragma unroll
+      for (int nt = 0; nt < HD / 8; ++nt) {
+        const uint16_t* vb = Vt + (nt * 8 + g) * kLdV + ks * 16 + 2 * tq;
+        mma_bf16(o[nt], p0, p1, p2, p3, *reinterpret_cast<const uint32_t*>(vb),
+                 *reinterpret_cast<const uint32_t*>(vb + 8));
+      }
+    }
+  }
+
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    l0 += __shfl_xor_sync(kFullMask, l0, off);
+    l1 += __shfl_xor_sync(kFullMask, l1, off);
+  }
+  const int64_t rows[2] = {t0 + warp * 16 + g, t0 + warp * 16 + g + 8};
+  const float inv[2] = {1.0f / l0, 1.0f / l1};
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t t = rows[half];
+    if (t >= a.n) continue;
+    uint16_t* out = a.out + (t * a.n_heads + h) * HD;
+    const float* gate = a.gate ? a.gate + t * a.ld_gate + h * a.gate_stride : nullptr;
+#pragma unroll
+    for (int nt = 0; nt < HD / 8; ++nt) {
+      const int d = nt * 8 + 2 * tq;
+      float v0 = o[nt][2 * half] * inv[half], v1 = o[nt][2 * half + 1] * inv[half];
+      if (gate) v0 *= sigmoidf_(gate[d]), v1 *= sigmoidf_(gate[d + 1]);
+      *reinterpret_cast<uint32_t*>(out + d) = pack_bf16x2(v0, v1);
+    }
+  }
+}
+
+template <int HD>
+void launch(const AttentionPrefillArgs& a, cudaStream_t stream) {
+  static bool configured = false;
+  if (!configured) {
+    check(cudaFuncSetAttribute(prefill_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(Smem<HD>::kBytes)),
+          "attention_prefill: shared memory limit");
+    configured = true;
+  }
+  const dim3 grid(static_cast<unsigned>(a.n_heads), blocks_for(a.n, kRows));
+  prefill_kernel<HD><<<grid, kThreads, Smem<HD>::kBytes, stream>>>(a);
+}
+
+}  // namespace
+
+void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t stream) {
+  if (a.n == 0) return;
+  switch (a.head_dim) {
+    case 32:
+      launch<32>(a, stream);
+      break;
+    case 64:
+      launch<64>(a, stream);
+      break;
+    case 128:
+      launch<128>(a, stream);
+      break;
+    case 256:
+      launch<256>(a, stream);
+      break;
+    default:
+      check(cudaErrorInvalidValue, "attention_prefill: head_dim must be 32, 64, 128 or 256");
+  }
+  check_launch("attention_prefill");
+}
+
+}  // namespace qwick::cuda

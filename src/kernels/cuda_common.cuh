@@ -1,0 +1,59 @@
+// Device helpers shared by the CUDA kernels: bf16 bit conversions (round to nearest even, as the CPU
+// side's core/numeric.h), warp and block reductions, and the scalar activations in f32 as torch
+// computes them.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace qwick::cuda {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ float bf16_to_f32(uint16_t h) {
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
+__device__ __forceinline__ uint16_t f32_to_bf16(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+// Two floats as a bf16 pair in one 32-bit word, `lo` in the low half (the element with the lower index).
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  return static_cast<uint32_t>(f32_to_bf16(lo)) | (static_cast<uint32_t>(f32_to_bf16(hi)) << 16);
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+__device__ __forceinline__ float siluf_(float x) {
+  return x / (1.0f + expf(-x));
+}
+__device__ __forceinline__ float softplusf_(float x) {
+  return x > 20.0f ? x : log1pf(expf(x));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `scratch` holds 32 floats of shared memory; the call ends with a barrier, so it may be reused.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : 0.0f;
+  v = warp_sum(v);
+  __syncthreads();
+  return v;
+}
+
+}  // namespace qwick::cuda

@@ -1,0 +1,179 @@
+// Gated DeltaNet stages on the GPU (contracts and layouts in deltanet_cuda.h).
+#include "kernels/cuda_common.cuh"
+#include "kernels/cuda_launch.h"
+#include "kernels/deltanet/deltanet_cuda.h"
+
+namespace qwick::cuda {
+namespace {
+
+template <int K>
+__global__ void conv_kernel(DeltaNetConvArgs a) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= a.C) return;
+  float w[K], hist[K - 1];
+#pragma unroll
+  for (int j = 0; j < K; ++j) w[j] = a.w[c * K + j];
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) hist[j] = a.state[j * a.C + c];
+  for (int64_t t = 0; t < a.n; ++t) {
+    const float x = a.in[t * a.ld_in + c];
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) acc += w[j] * hist[j];
+    acc += w[K - 1] * x;
+    a.out[t * a.ld_out + c] = siluf_(acc);
+#pragma unroll
+    for (int j = 0; j + 1 < K - 1; ++j) hist[j] = hist[j + 1];
+    hist[K - 2] = x;
+  }
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) a.state[j * a.C + c] = hist[j];
+}
+
+// One block per row: a warp per q or k head, then the gates.
+__global__ void prepare_kernel(DeltaNetPrepareArgs a) {
+  const int64_t t = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  const float q_scale = 1.0f / sqrtf(static_cast<float>(a.Dk));
+  for (int head = warp; head < 2 * a.Hk; head += warps) {
+    float* x = a.qkv + t * a.ld + static_cast<int64_t>(head) * a.Dk;  // q heads, then k heads
+    float ss = 0.0f;
+    for (int i = lane; i < a.Dk; i += 32) ss += x[i] * x[i];
+    ss = warp_sum(ss);
+    const float inv = 1.0f / sqrtf(ss + 1e-6f);
+    const float scale = head < a.Hk ? q_scale : 1.0f;
+    for (int i = lane; i < a.Dk; i += 32) x[i] = x[i] * inv * scale;
+  }
+  for (int h = threadIdx.x; h < a.Hv; h += blockDim.x) {
+    a.beta[t * a.Hv + h] = sigmoidf_(a.b[t * a.ld_ba + h]);
+    a.decay[t * a.Hv + h] = expf(a.a_neg[h] * softplusf_(a.a[t * a.ld_ba + h] + a.dt_bias[h]));
+  }
+}
+
+constexpr int kScanRowsPerWarp = 8;
+constexpr int kScanWarps = 4;
+constexpr int kScanRowsPerBlock = kScanRowsPerWarp * kScanWarps;
+
+template <int EPL>  // state values per lane per row = Dk / 32
+__global__ void __launch_bounds__(kScanWarps * 32) scan_kernel(DeltaNetScanArgs a) {
+  const int h = blockIdx.x, kh = h / (a.Hv / a.Hk);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int j0 = blockIdx.y * kScanRowsPerBlock + warp * kScanRowsPerWarp;
+  const int64_t key_dim = static_cast<int64_t>(a.Hk) * a.Dk;
+  const int64_t q_off = static_cast<int64_t>(kh) * a.Dk + lane * EPL;
+  const int64_t k_off = key_dim + q_off;
+  const int64_t v_off = 2 * key_dim + static_cast<int64_t>(h) * a.Dv + j0;
+  float* state = a.state + (static_cast<int64_t>(h) * a.Dv + j0) * a.Dk + lane * EPL;
+
+  float S[kScanRowsPerWarp][EPL];
+#pragma unroll
+  for (int r = 0; r < kScanRowsPerWarp; ++r)
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) S[r][e] = state[r * a.Dk + e];
+
+  // Inputs of token t, loaded one token ahead.
+  float q[EPL], k[EPL], v[kScanRowsPerWarp], beta = 0.0f, decay = 0.0f;
+  auto load = [&](int64_t t) {
+    const float* row = a.qkv + t * a.ld;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) q[e] = row[q_off + e], k[e] = row[k_off + e];
+#pragma unroll
+    for (int r = 0; r < kScanRowsPerWarp; ++r) v[r] = row[v_off + r];
+    beta = a.beta[t * a.Hv + h];
+    decay = a.decay[t * a.Hv + h];
+  };
+  if (a.n > 0) load(0);
+  for (int64_t t = 0; t < a.n; ++t) {
+    float cq[EPL], ck[EPL], cv[kScanRowsPerWarp];
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) cq[e] = q[e], ck[e] = k[e];
+#pragma unroll
+    for (int r = 0; r < kScanRowsPerWarp; ++r) cv[r] = v[r];
+    const float cbeta = beta, cdecay = decay;
+    if (t + 1 < a.n) load(t + 1);
+
+    float sk[kScanRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kScanRowsPerWarp; ++r) {
+      sk[r] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) sk[r] += S[r][e] * ck[e];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int r = 0; r < kScanRowsPerWarp; ++r) sk[r] += __shfl_xor_sync(kFullMask, sk[r], o);
+    float out[kScanRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kScanRowsPerWarp; ++r) {
+      const float delta = cbeta * (cv[r] - cdecay * sk[r]);
+      out[r] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) {
+        S[r][e] = cdecay * S[r][e] + delta * ck[e];
+        out[r] += S[r][e] * cq[e];
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int r = 0; r < kScanRowsPerWarp; ++r) out[r] += __shfl_xor_sync(kFullMask, out[r], o);
+    float mine = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kScanRowsPerWarp; ++r)
+      if (lane == r) mine = out[r];
+    if (lane < kScanRowsPerWarp) a.out[t * a.ld_out + static_cast<int64_t>(h) * a.Dv + j0 + lane] = mine;
+  }
+#pragma unroll
+  for (int r = 0; r < kScanRowsPerWarp; ++r)
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) state[r * a.Dk + e] = S[r][e];
+}
+
+}  // namespace
+
+void deltanet_conv(const DeltaNetConvArgs& a, cudaStream_t stream) {
+  const unsigned blocks = blocks_for(a.C, 128);
+  switch (a.K) {
+    case 2:
+      conv_kernel<2><<<blocks, 128, 0, stream>>>(a);
+      break;
+    case 3:
+      conv_kernel<3><<<blocks, 128, 0, stream>>>(a);
+      break;
+    case 4:
+      conv_kernel<4><<<blocks, 128, 0, stream>>>(a);
+      break;
+    default:
+      check(cudaErrorInvalidValue, "deltanet_conv: kernel size must be 2..4");
+  }
+  check_launch("deltanet_conv");
+}
+
+void deltanet_prepare(const DeltaNetPrepareArgs& a, cudaStream_t stream) {
+  if (a.n == 0) return;
+  prepare_kernel<<<static_cast<unsigned>(a.n), 256, 0, stream>>>(a);
+  check_launch("deltanet_prepare");
+}
+
+void deltanet_scan(const DeltaNetScanArgs& a, cudaStream_t stream) {
+  if (a.Dv % kScanRowsPerBlock != 0 || a.Hv % a.Hk != 0)
+    check(cudaErrorInvalidValue, "deltanet_scan: Dv must be a multiple of 32 and Hv of Hk");
+  const dim3 grid(static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.Dv / kScanRowsPerBlock));
+  switch (a.Dk) {
+    case 32:
+      scan_kernel<1><<<grid, kScanWarps * 32, 0, stream>>>(a);
+      break;
+    case 64:
+      scan_kernel<2><<<grid, kScanWarps * 32, 0, stream>>>(a);
+      break;
+    case 128:
+      scan_kernel<4><<<grid, kScanWarps * 32, 0, stream>>>(a);
+      break;
+    default:
+      check(cudaErrorInvalidValue, "deltanet_scan: Dk must be 32, 64 or 128");
+  }
+  check_launch("deltanet_scan");
+}
+
+}  // namespace qwick::cuda

@@ -1,0 +1,66 @@
+// Gated DeltaNet on the GPU (model-spec.md §2.5), all f32, one kernel per stage:
+//
+//   deltanet_conv     causal depthwise conv + SiLU over n rows, one thread per channel walking the
+//                     rows with the K-1 previous inputs in registers; the window state [K-1, C]
+//                     is read at the start and written back at the end (ready for the next chunk)
+//   deltanet_prepare  per row: q and k L2-normalised per key head in place (q also scaled by
+//                     Dk^-1/2); beta = sigmoid(b), decay = exp(-exp(A_log) · softplus(a + dt_bias))
+//   deltanet_scan     the recurrence token by token. The state [Hv, Dv, Dk] (row j of a head is
+//                     the spec's column j, see deltanet.h) is split into 32-row slices, one block of
+//                     4 warps each; a warp carries 8 rows in registers (Dk/32 values per lane) through
+//                     all n tokens, prefetching the next token's q, k, v, beta and decay:
+//                        u = decay·(S_j·k); S_j = decay·S_j + beta·(v_j - u)·k; o_j = S_j·q
+//                     rows are independent, so no block-wide barrier is needed inside the loop.
+// The gated output norm is gated_rms_norm_rows (norm_cuda.h).
+//
+// Tests: tests/cuda/cuda_kernels_test.cu (DeltaNet.*) against causal_conv_silu, l2_norm,
+// deltanet_gates and deltanet_scan_head, across chunk boundaries and for hundreds of steps.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace qwick::cuda {
+
+struct DeltaNetConvArgs {
+  const float* in;  // pre-conv rows [n, ld_in], C channels
+  int64_t ld_in;
+  int64_t n, C;
+  const float* w;  // [C, K]; tap K-1 multiplies the newest row
+  int K;           // 2..4
+  float* state;    // [K-1, C], oldest first; updated
+  float* out;      // [n, ld_out]
+  int64_t ld_out;
+};
+void deltanet_conv(const DeltaNetConvArgs& a, cudaStream_t stream);
+
+struct DeltaNetPrepareArgs {
+  float* qkv;  // post-conv rows [n, ld]: q (Hk·Dk) | k (Hk·Dk) | v
+  int64_t ld;
+  int64_t n;
+  int Hk, Dk, Hv;
+  const float* b;  // [n, ld_ba]
+  const float* a;
+  int64_t ld_ba;
+  const float* a_neg;    // [Hv]: -exp(A_log)
+  const float* dt_bias;  // [Hv]
+  float* beta;           // [n, Hv]
+  float* decay;          // [n, Hv]
+};
+void deltanet_prepare(const DeltaNetPrepareArgs& a, cudaStream_t stream);
+
+struct DeltaNetScanArgs {
+  const float* qkv;  // normalised rows [n, ld]: q | k | v; value head h reads key head h / (Hv / Hk)
+  int64_t ld;
+  const float* beta;   // [n, Hv]
+  const float* decay;  // [n, Hv]
+  int64_t n;
+  int Hk, Hv, Dk, Dv;  // Dk in {32, 64, 128}, Dv a multiple of 32
+  float* state;        // [Hv, Dv, Dk]
+  float* out;          // [n, ld_out], value head h at h·Dv
+  int64_t ld_out;
+};
+void deltanet_scan(const DeltaNetScanArgs& a, cudaStream_t stream);
+
+}  // namespace qwick::cuda

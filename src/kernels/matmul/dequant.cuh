@@ -1,0 +1,60 @@
+// Decoding one 16-byte chunk of a weight row on the GPU: 32 codes of 4 bits, 16 of 8 bits or 8 bf16
+// values (the packing is drawn in model/weight_matrix.h). Every chunk lies inside one quantization
+// group because group sizes are multiples of 32 (checked at upload).
+#pragma once
+
+#include "kernels/cuda_common.cuh"
+#include "kernels/matmul/matmul_cuda.h"
+
+namespace qwick::cuda {
+
+template <WeightFormat F>
+struct ChunkTraits;
+template <>
+struct ChunkTraits<WeightFormat::kAffine4> {
+  static constexpr int kElems = 32;
+};
+template <>
+struct ChunkTraits<WeightFormat::kAffine8> {
+  static constexpr int kElems = 16;
+};
+template <>
+struct ChunkTraits<WeightFormat::kBF16> {
+  static constexpr int kElems = 8;
+};
+
+// Byte offset of column `col` (a chunk start) within a packed row.
+template <WeightFormat F>
+__device__ __forceinline__ int64_t col_byte(int64_t col) {
+  if constexpr (F == WeightFormat::kAffine4) return col / 2;
+  if constexpr (F == WeightFormat::kAffine8) return col;
+  return col * 2;
+}
+
+// The raw code (affine) or value bits (bf16) of element i of a chunk held in four 32-bit words.
+template <WeightFormat F>
+__device__ __forceinline__ uint32_t chunk_code(const uint4& c, int i) {
+  const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+  if constexpr (F == WeightFormat::kAffine4) return (w[i >> 3] >> (4 * (i & 7))) & 0xfu;
+  if constexpr (F == WeightFormat::kAffine8) return (w[i >> 2] >> (8 * (i & 3))) & 0xffu;
+  return (w[i >> 1] >> (16 * (i & 1))) & 0xffffu;
+}
+
+// Element i of a chunk as f32, given its group's scale and bias (ignored for bf16).
+template <WeightFormat F>
+__device__ __forceinline__ float chunk_value(const uint4& c, int i, float scale, float bias) {
+  const uint32_t code = chunk_code<F>(c, i);
+  if constexpr (F == WeightFormat::kBF16) return __uint_as_float(code << 16);
+  return static_cast<float>(code) * scale + bias;
+}
+
+// Scale and bias of the group holding column `col` of row `row`.
+__device__ __forceinline__ void group_params(const DeviceMatrix& m, int64_t row, int64_t col, float* scale,
+                                             float* bias) {
+  const int64_t groups = m.cols / m.group_size;
+  const int64_t g = row * groups + col / m.group_size;
+  *scale = bf16_to_f32(m.scales[g]);
+  *bias = bf16_to_f32(m.biases[g]);
+}
+
+}  // namespace qwick::cuda

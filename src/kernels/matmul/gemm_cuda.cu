@@ -1,0 +1,173 @@
+// Prefill GEMM on the tensor cores: Y[slot, n] = Σ_k X[row(slot), k] · W[n, k], bf16 operands, f32
+// accumulation (see matmul_cuda.h for the table and tile conventions).
+//
+// One block computes a 64 (slots) × 64 (outputs) tile with 4 warps in a 2 × 2 layout, each warp a
+// 32 × 32 sub-tile = 2 × 4 mma.sync.m16n8k16 per 16-wide k step. Per 64-wide k slice:
+//   X tile  64 rows × 64 bf16, gathered through x_rows (expert groups), zero beyond the tile's rows
+//   W tile  64 rows × 64, dequantized from 4/8-bit (or copied from bf16) into shared memory as bf16
+// Both tiles are stored [row][k] with 8 elements of padding so fragment loads are conflict-free.
+//
+// Fragment layouts of m16n8k16 (g = lane / 4, t = lane % 4), each register a bf16 pair along k:
+//   A (16×16, row major)   a0 = A[g][2t..], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]
+//   B (16×8, from W[n][k]) b0 = W[g][2t..], b1 = W[g][2t+8..]
+//   C (16×8, f32)          c0,c1 = C[g][2t, 2t+1], c2,c3 = C[g+8][2t, 2t+1]
+//
+// Test: tests/cuda/cuda_kernels_test.cu (Gemm.*) against matmul_rows_reference on bf16-rounded
+// inputs, over formats, real and odd shapes, and grouped tile lists.
+#include "kernels/cuda_launch.h"
+#include "kernels/matmul/dequant.cuh"
+
+namespace qwick::cuda {
+namespace {
+
+constexpr int kTile = 64;    // slots and outputs per block
+constexpr int kK = 64;       // k slice
+constexpr int kLd = kK + 8;  // padded row of a shared tile, in bf16
+constexpr int kThreads = 128;
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// This thread's share of W rows [r0, r0 + 64) × columns [k0, k0 + 64), as bf16 into ws.
+template <WeightFormat F>
+__device__ __forceinline__ void load_w_tile(const DeviceMatrix& m, int64_t r0, int64_t k0, uint16_t* ws) {
+  constexpr int E = ChunkTraits<F>::kElems;
+  constexpr int kChunksPerRow = kK / E;
+  for (int i = threadIdx.x; i < kTile * kChunksPerRow; i += kThreads) {
+    const int r = i / kChunksPerRow, c = i % kChunksPerRow;
+    const int64_t row = r0 + r, col = k0 + c * E;
+    uint32_t packed[E / 2];
+    if (row < m.rows) {
+      const uint4 w = *reinterpret_cast<const uint4*>(m.data + row * m.row_bytes + col_byte<F>(col));
+      float s = 0.0f, b = 0.0f;
+      if constexpr (F != WeightFormat::kBF16) group_params(m, row, col, &s, &b);
+#pragma unroll
+      for (int j = 0; j < E / 2; ++j) {
+        if constexpr (F == WeightFormat::kBF16)
+          packed[j] = chunk_code<F>(w, 2 * j) | (chunk_code<F>(w, 2 * j + 1) << 16);
+        else
+          packed[j] = pack_bf16x2(chunk_value<F>(w, 2 * j, s, b), chunk_value<F>(w, 2 * j + 1, s, b));
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < E / 2; ++j) packed[j] = 0;
+    }
+    uint4* dst = reinterpret_cast<uint4*>(ws + r * kLd + c * E);
+#pragma unroll
+    for (int j = 0; j < E / 8; ++j)
+      dst[j] = make_uint4(packed[4 * j], packed[4 * j + 1], packed[4 * j + 2], packed[4 * j + 3]);
+  }
+}
+
+template <WeightFormat F>
+__global__ void __launch_bounds__(kThreads) gemm_kernel(GemmArgs a) {
+  __shared__ __align__(16) uint16_t xs[kTile * kLd];
+  __shared__ __align__(16) uint16_t ws[kTile * kLd];
+
+  // Which slots and which matrix rows this block covers.
+  int group = 0;
+  int64_t s0, s1;
+  if (a.tiles) {
+    if (static_cast<int64_t>(blockIdx.y) >= *a.tile_count) return;
+    const GemmTile tile = a.tiles[blockIdx.y];
+    group = tile.group, s0 = tile.begin, s1 = tile.end;
+  } else {
+    s0 = static_cast<int64_t>(blockIdx.y) * kTile;
+    s1 = min(a.n, s0 + kTile);
+  }
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTile;  // first output column
+  const int part = a.part_rows > 0 ? static_cast<int>(n0 / a.part_rows) : 0;
+  const int64_t r0 = n0 - part * a.part_rows;  // first matrix row
+  const DeviceMatrix m = a.table ? a.table[group * a.table_stride + a.table_base + part] : a.single;
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+  float acc[2][4][4] = {};
+
+  for (int64_t k0 = 0; k0 < a.K; k0 += kK) {
+    // X tile: 64 rows × 8 chunks of 8 bf16.
+    for (int i = threadIdx.x; i < kTile * 8; i += kThreads) {
+      const int r = i >> 3, c = i & 7;
+      const int64_t slot = s0 + r;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (slot < s1) {
+        const int64_t row = a.x_rows ? a.x_rows[slot] : slot;
+        v = *reinterpret_cast<const uint4*>(a.x + row * a.ldx + k0 + c * 8);
+      }
+      *reinterpret_cast<uint4*>(xs + r * kLd + c * 8) = v;
+    }
+    load_w_tile<F>(m, r0, k0, ws);
+    __syncthreads();
+
+#pragma unroll
+    for (int kk = 0; kk < kK; kk += 16) {
+      uint32_t af[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const uint16_t* base = xs + (wm + mt * 16 + g) * kLd + kk + 2 * t;
+        af[mt][0] = *reinterpret_cast<const uint32_t*>(base);
+        af[mt][1] = *reinterpret_cast<const uint32_t*>(base + 8 * kLd);
+        af[mt][2] = *reinterpret_cast<const uint32_t*>(base + 8);
+        af[mt][3] = *reinterpret_cast<const uint32_t*>(base + 8 * kLd + 8);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const uint16_t* base = ws + (wn + nt * 8 + g) * kLd + kk + 2 * t;
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(base);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(base + 8);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) mma_bf16(acc[mt][nt], af[mt], b0, b1);
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t slot = s0 + wm + mt * 16 + g + 8 * half;
+      if (slot >= s1) continue;
+      float* yrow = a.y + slot * a.ldy;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = wn + nt * 8 + 2 * t + e;
+          if (r0 + c >= m.rows || n0 + c >= a.N) continue;
+          const float v = acc[mt][nt][2 * half + e];
+          yrow[n0 + c] = a.accumulate ? yrow[n0 + c] + v : v;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(const GemmArgs& a, cudaStream_t stream) {
+  const unsigned tiles = a.tiles ? static_cast<unsigned>(a.max_tiles) : blocks_for(a.n, kTile);
+  if (tiles == 0) return;
+  const dim3 grid(blocks_for(a.N, kTile), tiles);
+  switch (a.format) {
+    case WeightFormat::kAffine4:
+      gemm_kernel<WeightFormat::kAffine4><<<grid, kThreads, 0, stream>>>(a);
+      break;
+    case WeightFormat::kAffine8:
+      gemm_kernel<WeightFormat::kAffine8><<<grid, kThreads, 0, stream>>>(a);
+      break;
+    case WeightFormat::kBF16:
+      gemm_kernel<WeightFormat::kBF16><<<grid, kThreads, 0, stream>>>(a);
+      break;
+    default:
+      check(cudaErrorInvalidValue, "gemm: weights must be affine 4/8-bit or bf16 on the GPU");
+  }
+  check_launch("gemm");
+}
+
+}  // namespace qwick::cuda

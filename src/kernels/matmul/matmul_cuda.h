@@ -1,0 +1,78 @@
+// Matrix products on the GPU against weights in their file format (see model/weight_matrix.h).
+//
+//   gemv  decode: y = W·x for one f32 activation row, f32 accumulation. A warp owns two weight rows
+//         and streams them with 16-byte loads (32 weights of 4-bit, 16 of 8-bit, 8 of bf16 per lane),
+//         dequantizing in registers; x sits in shared memory, padded so those reads are conflict-free.
+//   gemm  prefill: Y = X·Wᵀ for many bf16 activation rows on the tensor cores (mma.sync m16n8k16,
+//         bf16 in, f32 accumulate). A 64×64 output tile per block: each 64-column slice of W is
+//         dequantized into shared memory right before use, so the full-precision W never exists.
+//
+// Both take a table of matrices so one launch serves many problems: the routed experts of a decode
+// step (gemv, `index` names each problem's matrix) or the expert groups of a prefill chunk (gemm,
+// a device-built tile list names each tile's group and rows). Tests: tests/cuda/cuda_kernels_test.cu
+// compares both against matmul_rows_reference over formats, real and odd shapes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "model/weight_matrix.h"
+
+namespace qwick::cuda {
+
+// A WeightMatrix whose bytes live on the GPU, rows packed back to back. Dense matrices are bf16
+// (f32/f16 files are converted at upload); affine ones keep their 4/8-bit codes and bf16 scales.
+struct DeviceMatrix {
+  WeightFormat format = WeightFormat::kBF16;
+  int group_size = 0;
+  int64_t rows = 0, cols = 0;
+  const uint8_t* data = nullptr;  // [rows, row_bytes]
+  int64_t row_bytes = 0;
+  const uint16_t* scales = nullptr;  // [rows, cols / group_size] bf16
+  const uint16_t* biases = nullptr;
+};
+
+struct GemvArgs {
+  DeviceMatrix single;                  // the matrix when `table` is null
+  const DeviceMatrix* table = nullptr;  // device array
+  const int32_t* index = nullptr;       // device [problems]: table entry of problem p; null: entry p
+  int problems = 1;
+  WeightFormat format = WeightFormat::kBF16;  // of every matrix involved
+  int64_t max_rows = 0, max_cols = 0;         // over every matrix involved (grid and shared memory)
+  const float* x = nullptr;                   // problem p reads x + p * x_stride (x_stride 0: one shared x)
+  int64_t x_stride = 0;
+  float* y = nullptr;  // problem p writes y + p * y_stride
+  int64_t y_stride = 0;
+  bool accumulate = false;  // y += W·x instead of y = W·x
+};
+void gemv(const GemvArgs& args, cudaStream_t stream);
+
+// A tile of the grouped GEMM: rows (slots) [begin, end) of group `group`, at most kGemmTileRows.
+struct GemmTile {
+  int32_t group, begin, end;
+};
+inline constexpr int kGemmTileRows = 64;
+
+struct GemmArgs {
+  DeviceMatrix single;                  // the matrix when `table` is null
+  const DeviceMatrix* table = nullptr;  // entry = group * table_stride + table_base + part
+  int table_stride = 1, table_base = 0;
+  int64_t part_rows = 0;  // output columns [p * part_rows, (p+1) * part_rows) come from part p; 0: one part
+  WeightFormat format = WeightFormat::kBF16;
+  int64_t K = 0;                // inputs (columns of every matrix); a multiple of 64
+  int64_t N = 0;                // output columns
+  const uint16_t* x = nullptr;  // bf16 [*, ldx]; slot s reads row x_rows[s] (x_rows null: row s)
+  int64_t ldx = 0;
+  const int32_t* x_rows = nullptr;
+  float* y = nullptr;  // f32 [slots, ldy]
+  int64_t ldy = 0;
+  bool accumulate = false;
+  int64_t n = 0;                        // slots, when `tiles` is null (one group, plain GEMM)
+  const GemmTile* tiles = nullptr;      // device tile list, `*tile_count` valid entries
+  const int32_t* tile_count = nullptr;  // device
+  int64_t max_tiles = 0;                // grid bound for the tile list
+};
+void gemm(const GemmArgs& args, cudaStream_t stream);
+
+}  // namespace qwick::cuda

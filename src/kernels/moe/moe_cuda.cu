@@ -1,0 +1,192 @@
+// MoE routing, grouping, SwiGLU and the weighted combine on the GPU (contracts in moe_cuda.h).
+#include "kernels/cuda_common.cuh"
+#include "kernels/cuda_launch.h"
+#include "kernels/moe/moe_cuda.h"
+
+namespace qwick::cuda {
+namespace {
+
+constexpr int kMaxExpertsPerLane = 16;  // up to 512 experts
+
+// Warp-level top-k of one token's logits. Selection by logit (softmax is monotone), ties to the
+// lower expert id; weights exp(l - l_max) renormalised over the chosen k (the softmax denominator
+// cancels). Lane j < k writes the j-th choice.
+__device__ void route_one(const float* logits, int E, int k, int32_t* ids, float* weights) {
+  const int lane = threadIdx.x & 31;
+  float v[kMaxExpertsPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+    const int e = lane + 32 * i;
+    v[i] = e < E ? logits[e] : -INFINITY;
+  }
+  float top = -INFINITY, sum = 0.0f, mine_l = 0.0f;
+  int mine_e = 0;
+  for (int j = 0; j < k; ++j) {
+    // This lane's best (largest value, lowest id), then the warp's.
+    float best = -INFINITY;
+    int best_e = INT32_MAX;
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+      const int e = lane + 32 * i;
+      if (e < E && (v[i] > best || (v[i] == best && e < best_e))) best = v[i], best_e = e;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ob = __shfl_xor_sync(kFullMask, best, o);
+      const int oe = __shfl_xor_sync(kFullMask, best_e, o);
+      if (ob > best || (ob == best && oe < best_e)) best = ob, best_e = oe;
+    }
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i)
+      if (lane + 32 * i == best_e) v[i] = -INFINITY;  // taken
+    if (j == 0) top = best;
+    if (lane == j) mine_l = best, mine_e = best_e;
+    sum += expf(best - top);
+  }
+  if (lane < k) {
+    ids[lane] = mine_e;
+    weights[lane] = expf(mine_l - top) / sum;
+  }
+}
+
+__global__ void route_kernel(const float* logits, int64_t ld, int64_t n, int E, int k, int32_t* ids,
+                             float* weights) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (t >= n) return;
+  route_one(logits + t * ld, E, k, ids + t * k, weights + t * k);
+}
+
+__global__ void route_decode_kernel(const float* logits, int E, int k, int32_t* ids, float* weights,
+                                    int32_t* gate_up, int32_t* down) {
+  route_one(logits, E, k, ids, weights);
+  __syncwarp();
+  const int lane = threadIdx.x;
+  if (lane < k) {
+    gate_up[lane] = 3 * ids[lane];
+    gate_up[k + lane] = 3 * ids[lane] + 1;
+    down[lane] = 3 * ids[lane] + 2;
+  } else if (lane == k) {
+    gate_up[2 * k] = 3 * E;
+    gate_up[2 * k + 1] = 3 * E + 1;
+    down[k] = 3 * E + 2;
+  }
+}
+
+__global__ void histogram_kernel(const int32_t* ids, int64_t pairs, int32_t* counts) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < pairs) atomicAdd(&counts[ids[i]], 1);
+}
+
+// One block: exclusive scan of the counts into offsets and tile starts, then the tile list.
+__global__ void scan_tiles_kernel(const int32_t* counts, int E, int32_t* offsets, int32_t* fill,
+                                  GemmTile* tiles, int32_t* tile_count) {
+  __shared__ int32_t slot_base[1025], tile_base[1025];
+  if (threadIdx.x == 0) {
+    int32_t s = 0, t = 0;
+    for (int e = 0; e < E; ++e) {
+      slot_base[e] = s, tile_base[e] = t;
+      s += counts[e];
+      t += (counts[e] + kGemmTileRows - 1) / kGemmTileRows;
+    }
+    slot_base[E] = s, tile_base[E] = t;
+    *tile_count = t;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e <= E; e += blockDim.x) offsets[e] = slot_base[e];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    fill[e] = slot_base[e];
+    const int32_t begin = slot_base[e], end = slot_base[e + 1];
+    for (int32_t j = 0; begin + j * kGemmTileRows < end; ++j)
+      tiles[tile_base[e] + j] =
+          GemmTile{e, begin + j * kGemmTileRows, min(end, begin + (j + 1) * kGemmTileRows)};
+  }
+}
+
+__global__ void scatter_kernel(const int32_t* ids, int64_t pairs, int k, int32_t* fill, int32_t* slot_row,
+                               int32_t* slot_of) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= pairs) return;
+  const int32_t s = atomicAdd(&fill[ids[i]], 1);
+  slot_row[s] = static_cast<int32_t>(i / k);
+  slot_of[i] = s;
+}
+
+template <bool kBf16>
+__global__ void swiglu_kernel(const float* gate, const float* up, int64_t ld_in, int64_t rows, int64_t width,
+                              void* out, int64_t ld_out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * width) return;
+  const int64_t r = i / width, j = i % width;
+  const float v = siluf_(gate[r * ld_in + j]) * up[r * ld_in + j];
+  if constexpr (kBf16)
+    static_cast<uint16_t*>(out)[r * ld_out + j] = f32_to_bf16(v);
+  else
+    static_cast<float*>(out)[r * ld_out + j] = v;
+}
+
+__global__ void combine_kernel(MoeCombine c) {
+  const int64_t t = blockIdx.y;
+  const int64_t h = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (h >= c.H) return;
+  float acc = sigmoidf_(c.shared_logit[t * c.ld_logit]) * c.shared[t * c.ld_shared + h];
+  for (int j = 0; j < c.k; ++j) {
+    const int64_t pair = t * c.k + j;
+    const int64_t slot = c.slot_of ? c.slot_of[pair] : pair;
+    acc += c.weights[pair] * c.down[slot * c.ld_down + h];
+  }
+  c.hidden[t * c.H + h] += acc;
+}
+
+}  // namespace
+
+void moe_route(const float* logits, int64_t ld, int64_t n, int E, int k, int32_t* ids, float* weights,
+               cudaStream_t stream) {
+  if (E > 32 * kMaxExpertsPerLane || k > 32 || k > E) check(cudaErrorInvalidValue, "moe_route: expert count");
+  if (n == 0) return;
+  route_kernel<<<blocks_for(n, 8), 256, 0, stream>>>(logits, ld, n, E, k, ids, weights);
+  check_launch("moe_route");
+}
+
+void moe_route_decode(const float* logits, int E, int k, int32_t* ids, float* weights, int32_t* gate_up,
+                      int32_t* down, cudaStream_t stream) {
+  if (E > 32 * kMaxExpertsPerLane || k >= 32 || k > E)
+    check(cudaErrorInvalidValue, "moe_route_decode: expert count");
+  route_decode_kernel<<<1, 32, 0, stream>>>(logits, E, k, ids, weights, gate_up, down);
+  check_launch("moe_route_decode");
+}
+
+void moe_group(const int32_t* ids, int64_t n, int k, int E, const MoeGrouping& g, cudaStream_t stream) {
+  if (E > 1024) check(cudaErrorInvalidValue, "moe_group: more than 1024 experts");
+  const int64_t pairs = n * k;
+  check(cudaMemsetAsync(g.counts, 0, sizeof(int32_t) * static_cast<size_t>(E), stream),
+        "moe_group: clear counts");
+  if (pairs > 0) {
+    histogram_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(ids, pairs, g.counts);
+    check_launch("moe_histogram");
+  }
+  scan_tiles_kernel<<<1, 256, 0, stream>>>(g.counts, E, g.offsets, g.fill, g.tiles, g.tile_count);
+  check_launch("moe_scan_tiles");
+  if (pairs > 0) {
+    scatter_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(ids, pairs, k, g.fill, g.slot_row, g.slot_of);
+    check_launch("moe_scatter");
+  }
+}
+
+void swiglu(const float* gate, const float* up, int64_t ld_in, int64_t rows, int64_t width, void* out,
+            int64_t ld_out, bool out_bf16, cudaStream_t stream) {
+  if (rows * width == 0) return;
+  const unsigned blocks = blocks_for(rows * width, 256);
+  if (out_bf16)
+    swiglu_kernel<true><<<blocks, 256, 0, stream>>>(gate, up, ld_in, rows, width, out, ld_out);
+  else
+    swiglu_kernel<false><<<blocks, 256, 0, stream>>>(gate, up, ld_in, rows, width, out, ld_out);
+  check_launch("swiglu");
+}
+
+void moe_combine(const MoeCombine& c, cudaStream_t stream) {
+  if (c.n == 0) return;
+  combine_kernel<<<dim3(blocks_for(c.H, 256), static_cast<unsigned>(c.n)), 256, 0, stream>>>(c);
+  check_launch("moe_combine");
+}
+
+}  // namespace qwick::cuda

@@ -1,0 +1,72 @@
+// The MoE block's routing and glue on the GPU (model-spec.md §2.6), with no host round trip:
+//
+//   route      per token: softmax over all experts (f32), top-k, renormalise; one warp per token
+//   decode     route_decode also writes the gemv index lists of the step: gate|up entries of the k
+//              chosen experts and the shared expert, and their down entries
+//   prefill    group: histogram of (token, expert) pairs -> exclusive scan into group offsets ->
+//              scatter each pair to a slot of its expert's group -> the tile list of the grouped
+//              GEMM (kGemmTileRows slots per tile); slot_of[i] remembers where pair i went
+//   swiglu     act = silu(gate) · up, f32 -> f32 or bf16
+//   combine    hidden[t] += sigmoid(shared_logit[t]) · shared[t] + Σ_j w[t, j] · down[slot_of(t, j)]
+//              in a fixed order, so results do not depend on the slot order within a group
+//
+// Expert tables hold 3 matrices per expert (gate, up, down) and the shared expert as entry E.
+// Tests: tests/cuda/cuda_kernels_test.cu (Moe.*) against route_token and the CPU moe_forward,
+// including routings where every token picks the same experts and most experts get no rows.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/matmul/matmul_cuda.h"
+
+namespace qwick::cuda {
+
+// logits [n, ld_logits] -> ids [n, k], weights [n, k] (descending weight; ties to the lower id).
+void moe_route(const float* logits, int64_t ld_logits, int64_t n, int n_experts, int k, int32_t* ids,
+               float* weights, cudaStream_t stream);
+
+// One token: as moe_route, plus gemv index lists (table entries):
+//   gate_up [2k + 2] = gate of the k chosen experts (3·id), their up (3·id + 1), shared gate, shared up
+//   down    [k + 1]  = down of the k chosen experts (3·id + 2), shared down
+// so the routed problems come first and the shared expert can also run as a launch of its own.
+void moe_route_decode(const float* logits, int n_experts, int k, int32_t* ids, float* weights,
+                      int32_t* gate_up_index, int32_t* down_index, cudaStream_t stream);
+
+// Scratch and outputs of the grouping of n·k (token, expert) pairs.
+struct MoeGrouping {
+  int32_t* counts;      // [E]      scratch
+  int32_t* offsets;     // [E + 1]  group g owns slots [offsets[g], offsets[g + 1])
+  int32_t* fill;        // [E]      scratch
+  int32_t* slot_row;    // [n·k]    token whose row fills each slot
+  int32_t* slot_of;     // [n·k]    slot of pair i (token i / k, rank i % k)
+  GemmTile* tiles;      // [max_tiles(n·k, E)]
+  int32_t* tile_count;  // [1]
+};
+inline int64_t moe_max_tiles(int64_t pairs, int n_experts) {
+  return (pairs + kGemmTileRows - 1) / kGemmTileRows + n_experts;
+}
+void moe_group(const int32_t* ids, int64_t n, int k, int n_experts, const MoeGrouping& g,
+               cudaStream_t stream);
+
+// out[r, j] = silu(gate[r·ld_in + j]) · up[r·ld_in + j] for r < rows, j < width; bf16 when out_bf16.
+void swiglu(const float* gate, const float* up, int64_t ld_in, int64_t rows, int64_t width, void* out,
+            int64_t ld_out, bool out_bf16, cudaStream_t stream);
+
+struct MoeCombine {
+  float* hidden;  // [n, H], accumulated into
+  int64_t n = 0, H = 0;
+  int k = 0;
+  const float* weights;    // [n, k]
+  const int32_t* slot_of;  // [n·k] or null: pair i is slot i
+  const float* down;       // [slots, ld_down]
+  int64_t ld_down = 0;
+  const float* shared;  // [n, ld_shared]
+  int64_t ld_shared = 0;
+  const float* shared_logit;  // [n] at stride ld_logit
+  int64_t ld_logit = 1;
+};
+void moe_combine(const MoeCombine& c, cudaStream_t stream);
+
+}  // namespace qwick::cuda

@@ -1,0 +1,41 @@
+// Choosing the next token on the GPU, so a decode step never has to copy the logits to the host.
+//
+// Greedy (temperature <= 0): the largest logit, ties to the lowest id. Otherwise the host Sampler's
+// order (runtime/sampler.h): top-k -> top-p -> min-p -> temperature -> one draw. The cuts are found
+// by bisection over the 32-bit ordered keys of the logits, each step one block-wide count or sum:
+//   top-k  the largest key τ with #{key ≥ τ} ≥ k
+//   top-p  the largest key τ with Σ_{kept, key ≥ τ} p ≥ top_p · Σ_kept p,   p = exp(l - l_max)
+//   min-p  p ≥ min_p (p_max = 1)
+// then r = u · Σ_kept exp((l - l_max) / T) is located in a prefix sum in id order. u comes from a
+// counter-based generator (splitmix64 of seed and draw number), so a replayed CUDA graph draws a new
+// number each step. One difference from the host: tokens tied exactly at a cut are all kept.
+//
+// One block of 1024 threads; it also stores the token in the next step's input slot and advances
+// the device position counter. Tests: tests/cuda/cuda_kernels_test.cu (Sample.*).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace qwick::cuda {
+
+struct SamplingState {  // lives on the device; the host rewrites it only between steps
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+  uint64_t draws = 0;  // random numbers used so far; advanced by the kernel
+};
+
+struct SampleArgs {
+  const float* logits;  // [V]
+  int64_t V;
+  SamplingState* state;  // device
+  int32_t* token;        // device: where the chosen id goes (the next step's input slot)
+  int32_t* position;     // device position counter to advance by one, or null
+};
+void sample_token(const SampleArgs& a, cudaStream_t stream);
+
+}  // namespace qwick::cuda

@@ -1,0 +1,661 @@
+// Every CUDA kernel against its CPU reference, over a table of shapes (the real model's and odd
+// ones), on fresh random inputs (the seed is printed), outputs poisoned with NaN before each run so
+// an element a kernel fails to write fails the comparison. Skipped without a GPU.
+//
+// Tolerances: f32 paths (gemv, norms, DeltaNet, decode attention) ~1e-5 relative; paths with bf16
+// operands (gemm, prefill attention) 1e-2, as their inputs are rounded to 8 mantissa bits.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "backend/cuda/cuda_weights.h"
+#include "core/numeric.h"
+#include "core/thread_pool.h"
+#include "cuda_test_util.h"
+#include "kernels/activation.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/attention_cuda.h"
+#include "kernels/deltanet/deltanet.h"
+#include "kernels/deltanet/deltanet_cuda.h"
+#include "kernels/matmul/matmul.h"
+#include "kernels/matmul/matmul_parallel.h"
+#include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/router.h"
+#include "kernels/norm/norm_cuda.h"
+#include "kernels/norm/rms_norm.h"
+#include "kernels/rope/rope.h"
+#include "kernels/sample/sample_cuda.h"
+#include "kernels/vector/vector_ops.h"
+
+namespace qwick {
+namespace {
+
+using namespace test;
+using cuda::DeviceMatrix;
+
+ThreadPool& pool() {
+  static ThreadPool p(0);
+  return p;
+}
+
+// y[t] = W·x[t] on the CPU (the SIMD matmul, itself checked against matmul_rows_reference).
+std::vector<float> cpu_matmul(const WeightMatrix& w, const std::vector<float>& x, int64_t n) {
+  std::vector<float> y(static_cast<size_t>(n * w.rows));
+  matmul(MatmulProblem{&w, x.data(), static_cast<size_t>(w.cols), static_cast<size_t>(n), y.data(),
+                       static_cast<size_t>(w.rows)},
+         pool());
+  return y;
+}
+
+struct MatrixCase {
+  WeightFormat format;
+  int64_t rows, cols;
+  int group = 64;
+};
+
+const std::vector<MatrixCase>& matrix_cases() {
+  static const std::vector<MatrixCase> cases = {
+      // The real model: DeltaNet in_proj_qkv, out_proj, attention q/o, experts, router (8-bit), lm_head.
+      {WeightFormat::kAffine4, 8192, 2048},
+      {WeightFormat::kAffine4, 2048, 4096},
+      {WeightFormat::kAffine4, 512, 2048},
+      {WeightFormat::kAffine4, 2048, 512},
+      {WeightFormat::kAffine8, 256, 2048},
+      {WeightFormat::kAffine8, 1, 2048},
+      {WeightFormat::kAffine4, 32, 2048},
+      {WeightFormat::kAffine4, 248320, 2048},
+      // Odd sizes, other groups, bf16 and f32 (converted to bf16 at upload).
+      {WeightFormat::kAffine4, 1, 64},
+      {WeightFormat::kAffine4, 3, 128, 32},
+      {WeightFormat::kAffine8, 33, 192},
+      {WeightFormat::kAffine4, 100, 640, 128},
+      {WeightFormat::kBF16, 77, 320},
+      {WeightFormat::kBF16, 1000, 2048},
+      {WeightFormat::kF32, 65, 128},
+      {WeightFormat::kAffine8, 130, 64, 32},
+  };
+  return cases;
+}
+
+std::string describe(const MatrixCase& c) {
+  return fmt::format("{} [{} x {}] group {}", weight_format_name(c.format), c.rows, c.cols, c.group);
+}
+
+TEST(Gemv, MatchesCpuOverFormatsAndShapes) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  for (const MatrixCase& c : matrix_cases()) {
+    SCOPED_TRACE(describe(c));
+    HostMatrix h = random_matrix(c.format, c.rows, c.cols, c.group, rng);
+    auto up = cuda::upload_matrix(h.w, nullptr);
+    const auto x = randn(static_cast<size_t>(c.cols), rng);
+    const auto ref = cpu_matmul(h.w, x, 1);
+    DeviceArray<float> dx(x), dy(static_cast<size_t>(c.rows));
+    cuda::GemvArgs a;
+    a.single = up.m;
+    a.format = up.m.format;
+    a.max_rows = c.rows;
+    a.max_cols = c.cols;
+    a.x = dx.data();
+    a.y = dy.data();
+    cuda::gemv(a, nullptr);
+    EXPECT_LT(rel_err(dy.download(), ref), 2e-5);
+    // accumulate: y += W·x on top of what is there.
+    const auto base = randn(static_cast<size_t>(c.rows), rng);
+    dy.upload(base);
+    a.accumulate = true;
+    cuda::gemv(a, nullptr);
+    std::vector<float> want(ref);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += base[i];
+    EXPECT_LT(rel_err(dy.download(), want), 2e-5);
+  }
+}
+
+TEST(Gemm, MatchesCpuOverFormatsShapesAndRowCounts) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  for (const MatrixCase& c : matrix_cases()) {
+    if (c.rows > 20000) continue;  // the lm_head is covered by the gemv test and the backend
+    for (int64_t n : {1, 7, 64, 65, 300}) {
+      SCOPED_TRACE(describe(c) + fmt::format(", {} rows", n));
+      HostMatrix h = random_matrix(c.format, c.rows, c.cols, c.group, rng);
+      auto up = cuda::upload_matrix(h.w, nullptr);
+      const auto x = round_bf16(randn(static_cast<size_t>(n * c.cols), rng));
+      const auto ref = cpu_matmul(h.w, x, n);
+      DeviceArray<uint16_t> dx(to_bf16(x));
+      DeviceArray<float> dy(static_cast<size_t>(n * c.rows));
+      cuda::GemmArgs a;
+      a.single = up.m;
+      a.format = up.m.format;
+      a.K = c.cols;
+      a.N = c.rows;
+      a.x = dx.data();
+      a.ldx = c.cols;
+      a.y = dy.data();
+      a.ldy = c.rows;
+      a.n = n;
+      cuda::gemm(a, nullptr);
+      // Only W's rounding to bf16 separates the two (x is bf16 on both sides): ~2e-3, noisier when
+      // there are only a few outputs (5.5e-3 seen at 3 × 1).
+      EXPECT_LT(rel_err(dy.download(), ref), 1e-2);
+    }
+  }
+}
+
+TEST(Moe, RouteMatchesRouteToken) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  for (auto [E, k] : {std::pair{256, 8}, std::pair{8, 2}, std::pair{16, 8}, std::pair{512, 10}}) {
+    SCOPED_TRACE(fmt::format("{} experts, top {}", E, k));
+    const int64_t n = 333;
+    auto logits = randn(static_cast<size_t>(n * E), rng, 2.0f);
+    logits[5] = logits[7];  // a tie: the lower id must win
+    DeviceArray<float> dl(logits), dw(static_cast<size_t>(n * k));
+    DeviceArray<int32_t> di(static_cast<size_t>(n * k));
+    cuda::moe_route(dl.data(), E, n, E, k, di.data(), dw.data(), nullptr);
+    const auto ids = di.download();
+    const auto w = dw.download();
+    for (int64_t t = 0; t < n; ++t) {
+      std::vector<int32_t> rid(static_cast<size_t>(k));
+      std::vector<float> rw(static_cast<size_t>(k));
+      route_token(logits.data() + t * E, E, k, rid.data(), rw.data());
+      for (int j = 0; j < k; ++j) {
+        ASSERT_EQ(ids[static_cast<size_t>(t * k + j)], rid[static_cast<size_t>(j)])
+            << "token " << t << " rank " << j;
+        ASSERT_NEAR(w[static_cast<size_t>(t * k + j)], rw[static_cast<size_t>(j)], 1e-5f);
+      }
+    }
+  }
+  // The decode variant and its gemv index lists.
+  const int E = 256, k = 8;
+  const auto logits = randn(E, rng);
+  DeviceArray<float> dl(logits), dw(k);
+  DeviceArray<int32_t> di(k), gu(2 * k + 2), dn(k + 1);
+  cuda::moe_route_decode(dl.data(), E, k, di.data(), dw.data(), gu.data(), dn.data(), nullptr);
+  std::vector<int32_t> rid(k);
+  std::vector<float> rw(k);
+  route_token(logits.data(), E, k, rid.data(), rw.data());
+  const auto g = gu.download(), d = dn.download();
+  EXPECT_EQ(di.download(), rid);
+  for (int j = 0; j < k; ++j) {
+    EXPECT_EQ(g[static_cast<size_t>(j)], 3 * rid[static_cast<size_t>(j)]);
+    EXPECT_EQ(g[static_cast<size_t>(k + j)], 3 * rid[static_cast<size_t>(j)] + 1);
+    EXPECT_EQ(d[static_cast<size_t>(j)], 3 * rid[static_cast<size_t>(j)] + 2);
+  }
+  EXPECT_EQ(g[2 * k], 3 * E);
+  EXPECT_EQ(g[2 * k + 1], 3 * E + 1);
+  EXPECT_EQ(d[k], 3 * E + 2);
+}
+
+// Grouping (histogram, scan, scatter, tiles), the grouped GEMM over an expert table, SwiGLU and the
+// combine, against a direct CPU computation; balanced, all-to-the-same-experts and sparse routings.
+TEST(Moe, GroupingGroupedGemmAndCombine) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  const int E = 32, k = 4;
+  const int64_t H = 256, I = 128, n = 150, pairs = n * k;
+  // Experts: gate, up, down per expert, 4-bit.
+  std::vector<HostMatrix> host;
+  std::vector<cuda::UploadedMatrix> dev;
+  std::vector<DeviceMatrix> table;
+  for (int e = 0; e < E; ++e)
+    for (auto [rows, cols] : {std::pair{I, H}, std::pair{I, H}, std::pair{H, I}}) {
+      host.push_back(random_matrix(WeightFormat::kAffine4, rows, cols, 64, rng));
+      dev.push_back(cuda::upload_matrix(host.back().w, nullptr));
+      table.push_back(dev.back().m);
+    }
+  cuda::DeviceBuffer table_dev(table.size() * sizeof(DeviceMatrix));
+  cuda::check(
+      cudaMemcpy(table_dev.data(), table.data(), table.size() * sizeof(DeviceMatrix), cudaMemcpyHostToDevice),
+      "");
+
+  for (const char* routing : {"balanced", "all to experts 0..k-1", "three experts only"}) {
+    SCOPED_TRACE(routing);
+    std::vector<int32_t> ids(static_cast<size_t>(pairs));
+    for (int64_t t = 0; t < n; ++t) {
+      std::vector<int32_t> pick(E);
+      std::iota(pick.begin(), pick.end(), 0);
+      if (routing[0] == 'b') std::shuffle(pick.begin(), pick.end(), rng);
+      if (routing[0] == 't') pick = {3, 17, 30, static_cast<int32_t>(t % 2 ? 0 : 1)};
+      for (int j = 0; j < k; ++j) ids[static_cast<size_t>(t * k + j)] = pick[static_cast<size_t>(j)];
+    }
+    const auto weights = randn(static_cast<size_t>(pairs), rng);
+    const auto x = round_bf16(randn(static_cast<size_t>(n * H), rng));
+    DeviceArray<int32_t> d_ids(ids), counts(E), offsets(E + 1), fill(E), slot_row(static_cast<size_t>(pairs)),
+        slot_of(static_cast<size_t>(pairs)), tile_count(1);
+    const int64_t max_tiles = cuda::moe_max_tiles(pairs, E);
+    DeviceArray<cuda::GemmTile> tiles(static_cast<size_t>(max_tiles));
+    cuda::MoeGrouping g{counts.data(),  offsets.data(), fill.data(),      slot_row.data(),
+                        slot_of.data(), tiles.data(),   tile_count.data()};
+    cuda::moe_group(d_ids.data(), n, k, E, g, nullptr);
+
+    // Structure: offsets are the exclusive scan of the histogram, slot_of is a permutation that puts
+    // every pair inside its expert's group, slot_row inverts it, tiles cover each group exactly.
+    const auto off = offsets.download(), so = slot_of.download(), sr = slot_row.download();
+    std::vector<int32_t> hist(E, 0);
+    for (int32_t e : ids) ++hist[static_cast<size_t>(e)];
+    int32_t running = 0;
+    for (int e = 0; e <= E; ++e) {
+      ASSERT_EQ(off[static_cast<size_t>(e)], running) << "expert " << e;
+      if (e < E) running += hist[static_cast<size_t>(e)];
+    }
+    std::set<int32_t> seen(so.begin(), so.end());
+    ASSERT_EQ(static_cast<int64_t>(seen.size()), pairs);
+    for (int64_t i = 0; i < pairs; ++i) {
+      const int32_t e = ids[static_cast<size_t>(i)], s = so[static_cast<size_t>(i)];
+      ASSERT_GE(s, off[static_cast<size_t>(e)]);
+      ASSERT_LT(s, off[static_cast<size_t>(e) + 1]);
+      ASSERT_EQ(sr[static_cast<size_t>(s)], i / k);
+    }
+    const int32_t nt = tile_count.download()[0];
+    const auto tl = tiles.download();
+    std::vector<int32_t> covered(static_cast<size_t>(pairs), 0);
+    for (int32_t i = 0; i < nt; ++i) {
+      const cuda::GemmTile tt = tl[static_cast<size_t>(i)];
+      ASSERT_LE(tt.end - tt.begin, cuda::kGemmTileRows);
+      ASSERT_GE(tt.begin, off[static_cast<size_t>(tt.group)]);
+      ASSERT_LE(tt.end, off[static_cast<size_t>(tt.group) + 1]);
+      for (int32_t s = tt.begin; s < tt.end; ++s) ++covered[static_cast<size_t>(s)];
+    }
+    for (int32_t c : covered) ASSERT_EQ(c, 1);
+
+    // gate|up grouped GEMM, SwiGLU, down grouped GEMM, combine.
+    DeviceArray<uint16_t> dx(to_bf16(x)), act(static_cast<size_t>(pairs * I));
+    DeviceArray<float> gu(static_cast<size_t>(pairs * 2 * I)), down(static_cast<size_t>(pairs * H));
+    cuda::GemmArgs a;
+    a.table = reinterpret_cast<const DeviceMatrix*>(table_dev.data());
+    a.table_stride = 3;
+    a.part_rows = I;
+    a.format = WeightFormat::kAffine4;
+    a.K = H;
+    a.N = 2 * I;
+    a.x = dx.data();
+    a.ldx = H;
+    a.x_rows = slot_row.data();
+    a.y = gu.data();
+    a.ldy = 2 * I;
+    a.tiles = tiles.data();
+    a.tile_count = tile_count.data();
+    a.max_tiles = max_tiles;
+    cuda::gemm(a, nullptr);
+    cuda::swiglu(gu.data(), gu.data() + I, 2 * I, pairs, I, act.data(), I, true, nullptr);
+    cuda::GemmArgs b = a;
+    b.table_base = 2;
+    b.part_rows = 0;
+    b.K = I;
+    b.N = H;
+    b.x = act.data();
+    b.ldx = I;
+    b.x_rows = nullptr;
+    b.y = down.data();
+    b.ldy = H;
+    cuda::gemm(b, nullptr);
+    const auto shared = randn(static_cast<size_t>(n * H), rng);
+    const auto shared_logit = randn(static_cast<size_t>(n), rng);
+    const auto hidden0 = randn(static_cast<size_t>(n * H), rng);
+    DeviceArray<float> dshared(shared), dsl(shared_logit), dhidden(hidden0), dweights(weights);
+    cuda::moe_combine({dhidden.data(), n, H, k, dweights.data(), slot_of.data(), down.data(), H,
+                       dshared.data(), H, dsl.data(), 1},
+                      nullptr);
+
+    // CPU: the same chain, with the activation rounded to bf16 as the GPU feeds it to the GEMM.
+    std::vector<float> want(hidden0);
+    for (int64_t t = 0; t < n; ++t) {
+      const std::vector<float> xt(x.begin() + t * H, x.begin() + (t + 1) * H);
+      float* wt = want.data() + t * H;
+      for (int64_t h = 0; h < H; ++h)
+        wt[h] += sigmoid(shared_logit[static_cast<size_t>(t)]) * shared[static_cast<size_t>(t * H + h)];
+      for (int j = 0; j < k; ++j) {
+        const int e = ids[static_cast<size_t>(t * k + j)];
+        const auto g_ = cpu_matmul(host[static_cast<size_t>(3 * e)].w, xt, 1);
+        const auto u_ = cpu_matmul(host[static_cast<size_t>(3 * e + 1)].w, xt, 1);
+        std::vector<float> h_(static_cast<size_t>(I));
+        for (int64_t i = 0; i < I; ++i)
+          h_[static_cast<size_t>(i)] =
+              round_to_bf16(silu(g_[static_cast<size_t>(i)]) * u_[static_cast<size_t>(i)]);
+        const auto d_ = cpu_matmul(host[static_cast<size_t>(3 * e + 2)].w, h_, 1);
+        for (int64_t h = 0; h < H; ++h)
+          wt[h] += weights[static_cast<size_t>(t * k + j)] * d_[static_cast<size_t>(h)];
+      }
+    }
+    EXPECT_LT(rel_err(dhidden.download(), want), 1e-2);
+  }
+}
+
+TEST(Norm, RmsNormGatedNormAndEmbedding) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  for (int64_t H : {64, 128, 2048, 4096}) {
+    SCOPED_TRACE(H);
+    const int64_t n = 37;
+    const auto x = randn(static_cast<size_t>(n * H), rng, 3.0f);
+    const auto w = randn(static_cast<size_t>(H), rng);
+    std::vector<float> ref(x.size());
+    for (int64_t t = 0; t < n; ++t) rms_norm(x.data() + t * H, w.data(), 1e-6f, H, ref.data() + t * H);
+    DeviceArray<float> dx(x), dw(w), out(x.size());
+    DeviceArray<uint16_t> out16(x.size());
+    cuda::rms_norm_rows(dx.data(), n, H, dw.data(), 1e-6f, out.data(), nullptr, nullptr);
+    cuda::rms_norm_rows(dx.data(), n, H, dw.data(), 1e-6f, nullptr, out16.data(), nullptr);
+    EXPECT_LT(rel_err(out.download(), ref), 1e-6);
+    EXPECT_LT(rel_err(from_bf16(out16.download()), ref), 4e-3);
+  }
+  for (auto [heads, D] : {std::pair{32, 128}, std::pair{4, 32}}) {
+    const int64_t n = 9, ld = heads * D;
+    const auto x = randn(static_cast<size_t>(n * ld), rng), z = randn(static_cast<size_t>(n * ld), rng);
+    const auto w = randn(static_cast<size_t>(D), rng);
+    std::vector<float> ref(x.size());
+    for (int64_t i = 0; i < n * heads; ++i)
+      gated_rms_norm(x.data() + i * D, z.data() + i * D, w.data(), 1e-6f, D, ref.data() + i * D);
+    DeviceArray<float> dx(x), dz(z), dw(w), out(x.size());
+    cuda::gated_rms_norm_rows(
+        {dx.data(), ld, dz.data(), ld, n, heads, D, dw.data(), 1e-6f, out.data(), nullptr, ld}, nullptr);
+    EXPECT_LT(rel_err(out.download(), ref), 1e-5);
+  }
+  for (WeightFormat f : {WeightFormat::kAffine4, WeightFormat::kAffine8, WeightFormat::kBF16}) {
+    HostMatrix h = random_matrix(f, 1000, 256, 64, rng);
+    auto up = cuda::upload_matrix(h.w, nullptr);
+    const std::vector<int32_t> tokens = {0, 999, 5, 5, 512};
+    DeviceArray<int32_t> dt(tokens);
+    DeviceArray<float> out(tokens.size() * 256);
+    cuda::embed_rows(up.m, dt.data(), static_cast<int64_t>(tokens.size()), out.data(), nullptr);
+    std::vector<float> ref(out.size());
+    for (size_t i = 0; i < tokens.size(); ++i) dequantize_row(h.w, tokens[i], ref.data() + i * 256);
+    EXPECT_EQ(out.download(), ref) << weight_format_name(f);
+  }
+}
+
+// Conv, prepare and scan over several chunks (including 1-row decode steps) against the CPU
+// functions run over the same chunks, with the states carried on both sides.
+TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  struct Shape {
+    int Hk, Hv, Dk, Dv;
+  };
+  for (const Shape s : {Shape{16, 32, 128, 128}, Shape{2, 4, 32, 32}, Shape{4, 8, 64, 64}}) {
+    SCOPED_TRACE(fmt::format("Hk {} Hv {} Dk {} Dv {}", s.Hk, s.Hv, s.Dk, s.Dv));
+    const int K = 4;
+    const int64_t key_dim = int64_t{s.Hk} * s.Dk, C = 2 * key_dim + int64_t{s.Hv} * s.Dv,
+                  Vt = int64_t{s.Hv} * s.Dv;
+    const auto conv_w = randn(static_cast<size_t>(C * K), rng, 0.5f);
+    std::vector<float> a_neg(static_cast<size_t>(s.Hv)), dt_bias = randn(static_cast<size_t>(s.Hv), rng);
+    std::uniform_real_distribution<float> ua(1.0f, 16.0f);
+    for (float& v : a_neg) v = -ua(rng);
+    std::vector<float> conv_state(static_cast<size_t>((K - 1) * C), 0.0f),
+        rec(static_cast<size_t>(Vt * s.Dk), 0.0f);
+    DeviceArray<float> d_conv_w(conv_w), d_a_neg(a_neg), d_dt(dt_bias), d_conv_state(conv_state), d_rec(rec);
+    for (int64_t n : {5, 1, 1, 130, 1, 64}) {
+      SCOPED_TRACE(fmt::format("chunk of {}", n));
+      const auto qkv = randn(static_cast<size_t>(n * C), rng);
+      const auto b = randn(static_cast<size_t>(n * s.Hv), rng), a = randn(static_cast<size_t>(n * s.Hv), rng);
+      // CPU.
+      std::vector<float> conv(qkv.size()), beta(b.size()), decay(b.size()), o(static_cast<size_t>(n * Vt));
+      causal_conv_silu(qkv.data(), n, C, conv_w.data(), K, conv_state.data(), conv.data(), 0, C);
+      for (int64_t t = 0; t < n; ++t) {
+        float* row = conv.data() + t * C;
+        for (int h = 0; h < s.Hk; ++h) {
+          l2_norm(row + h * s.Dk, s.Dk, 1e-6f, 1.0f / std::sqrt(static_cast<float>(s.Dk)));
+          l2_norm(row + key_dim + h * s.Dk, s.Dk, 1e-6f, 1.0f);
+        }
+        deltanet_gates(b.data() + t * s.Hv, a.data() + t * s.Hv, a_neg.data(), dt_bias.data(), s.Hv,
+                       beta.data() + t * s.Hv, decay.data() + t * s.Hv);
+      }
+      for (int h = 0; h < s.Hv; ++h) {
+        const int64_t kh = h / (s.Hv / s.Hk);
+        DeltaNetHeadScan scan{conv.data() + kh * s.Dk,
+                              conv.data() + key_dim + kh * s.Dk,
+                              C,
+                              conv.data() + 2 * key_dim + int64_t{h} * s.Dv,
+                              C,
+                              decay.data() + h,
+                              beta.data() + h,
+                              s.Hv,
+                              o.data() + int64_t{h} * s.Dv,
+                              Vt};
+        deltanet_scan_head(scan, n, s.Dk, s.Dv, rec.data() + int64_t{h} * s.Dv * s.Dk, kVectorOpsReference);
+      }
+      // GPU.
+      DeviceArray<float> d_qkv(qkv), d_b(b), d_a(a), d_conv(qkv.size()), d_beta(b.size()), d_decay(b.size()),
+          d_o(o.size());
+      cuda::deltanet_conv({d_qkv.data(), C, n, C, d_conv_w.data(), K, d_conv_state.data(), d_conv.data(), C},
+                          nullptr);
+      cuda::deltanet_prepare({d_conv.data(), C, n, s.Hk, s.Dk, s.Hv, d_b.data(), d_a.data(), s.Hv,
+                              d_a_neg.data(), d_dt.data(), d_beta.data(), d_decay.data()},
+                             nullptr);
+      cuda::deltanet_scan({d_conv.data(), C, d_beta.data(), d_decay.data(), n, s.Hk, s.Hv, s.Dk, s.Dv,
+                           d_rec.data(), d_o.data(), Vt},
+                          nullptr);
+      EXPECT_LT(rel_err(d_conv.download(), conv), 1e-5);
+      EXPECT_LT(rel_err(d_beta.download(), beta), 1e-6);
+      EXPECT_LT(rel_err(d_decay.download(), decay), 1e-5);
+      EXPECT_LT(rel_err(d_o.download(), o), 1e-4);
+      EXPECT_LT(rel_err(d_conv_state.download(), conv_state), 1e-6);
+      EXPECT_LT(rel_err(d_rec.download(), rec), 1e-4);
+    }
+  }
+}
+
+struct AttnShape {
+  int nq, nkv, hd;
+};
+
+// Random bf16 K/V cache [nkv, capacity, hd] for positions < filled.
+struct HostCache {
+  std::vector<uint16_t> k, v;
+  KvHeadView head(int j, int64_t capacity, int hd) const {
+    const size_t off = static_cast<size_t>(j) * static_cast<size_t>(capacity) * static_cast<size_t>(hd);
+    return {KvDtype::kBF16, k.data() + off, v.data() + off};
+  }
+};
+HostCache random_cache(const AttnShape& s, int64_t capacity, std::mt19937_64& rng) {
+  const size_t n = static_cast<size_t>(s.nkv) * static_cast<size_t>(capacity) * static_cast<size_t>(s.hd);
+  return {to_bf16(randn(n, rng)), to_bf16(randn(n, rng))};
+}
+
+TEST(Attention, PrepNormRopeAndCacheAppend) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  for (const AttnShape s : {AttnShape{16, 2, 256}, AttnShape{4, 2, 32}}) {
+    SCOPED_TRACE(fmt::format("{} q heads, {} kv heads, head_dim {}", s.nq, s.nkv, s.hd));
+    const int rd = s.hd / 4;
+    const int64_t n = 21, pos0 = 100000, cap = pos0 + n, q_stride = 2 * s.hd, q_rows = s.nq * q_stride,
+                  kvr = s.nkv * s.hd;
+    const auto qg = randn(static_cast<size_t>(n * q_rows), rng), k = randn(static_cast<size_t>(n * kvr), rng),
+               v = randn(static_cast<size_t>(n * kvr), rng);
+    const auto qn = randn(static_cast<size_t>(s.hd), rng), kn = randn(static_cast<size_t>(s.hd), rng);
+    RopeTable rope(1e7, rd);
+    std::vector<float> inv(static_cast<size_t>(rd / 2));
+    for (int i = 0; i < rd / 2; ++i)
+      inv[static_cast<size_t>(i)] = 1.0f / std::pow(1e7f, static_cast<float>(2 * i) / static_cast<float>(rd));
+    DeviceArray<float> dqg(qg), dk(k), dv(v), dqn(qn), dkn(kn), dinv(inv),
+        dq(static_cast<size_t>(n * s.nq * s.hd));
+    DeviceArray<uint16_t> kc(static_cast<size_t>(s.nkv * cap * s.hd)), vc(kc.size());
+    cuda::attention_prep(
+        {dqg.data(),  q_rows,    q_stride, dk.data(), dv.data(), kvr,        n,          pos0,
+         nullptr,     s.nq,      s.nkv,    s.hd,      rd,        dqn.data(), dkn.data(), 1e-6f,
+         dinv.data(), dq.data(), nullptr,  kc.data(), vc.data(), cap},
+        nullptr);
+    const auto q_out = dq.download();
+    const auto k_out = from_bf16(kc.download()), v_out = from_bf16(vc.download());
+    std::vector<float> q_ref(q_out.size()), q_got(q_out.size()), k_ref, k_got, v_ref, v_got;
+    std::vector<float> cs(static_cast<size_t>(rd / 2)), sn(cs.size());
+    for (int64_t t = 0; t < n; ++t) {
+      rope.angles(pos0 + t, cs.data(), sn.data());
+      for (int h = 0; h < s.nq; ++h) {
+        float* r = q_ref.data() + (t * s.nq + h) * s.hd;
+        rms_norm(qg.data() + t * q_rows + h * q_stride, qn.data(), 1e-6f, s.hd, r);
+        apply_rope(r, rd, cs.data(), sn.data());
+      }
+      for (int j = 0; j < s.nkv; ++j) {
+        std::vector<float> r(static_cast<size_t>(s.hd));
+        rms_norm(k.data() + t * kvr + j * s.hd, kn.data(), 1e-6f, s.hd, r.data());
+        apply_rope(r.data(), rd, cs.data(), sn.data());
+        for (int d = 0; d < s.hd; ++d) {
+          const size_t at = static_cast<size_t>((j * cap + pos0 + t) * s.hd + d);
+          k_ref.push_back(round_to_bf16(r[static_cast<size_t>(d)]));
+          k_got.push_back(k_out[at]);
+          v_ref.push_back(round_to_bf16(v[static_cast<size_t>(t * kvr + j * s.hd + d)]));
+          v_got.push_back(v_out[at]);
+        }
+      }
+    }
+    EXPECT_LT(rel_err(q_out, q_ref), 2e-6);
+    EXPECT_LT(rel_err(k_got, k_ref), 5e-3);  // bf16 rounding of values that differ in the last f32 bits
+    EXPECT_EQ(v_got, v_ref);
+  }
+}
+
+TEST(Attention, DecodeMatchesAttend) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  for (const AttnShape s : {AttnShape{16, 2, 256}, AttnShape{4, 2, 32}, AttnShape{8, 2, 128}}) {
+    for (int64_t len : {1, 7, 64, 300, 5000}) {
+      SCOPED_TRACE(fmt::format("{}/{} heads x {}, context {}", s.nq, s.nkv, s.hd, len));
+      const int64_t cap = len + 3;
+      const HostCache cache = random_cache(s, cap, rng);
+      const auto q = randn(static_cast<size_t>(s.nq * s.hd), rng, 2.0f);
+      const int64_t q_stride = 2 * s.hd;
+      const auto gate = randn(static_cast<size_t>(s.nq * q_stride), rng);
+      DeviceArray<float> dq(q), dgate(gate), partial(static_cast<size_t>(s.nq * 64 * (s.hd + 2))),
+          out(static_cast<size_t>(s.nq * s.hd));
+      DeviceArray<uint16_t> kc(cache.k), vc(cache.v);
+      DeviceArray<int32_t> pos(std::vector<int32_t>{static_cast<int32_t>(len - 1)});
+      const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
+      cuda::attention_decode({dq.data(), kc.data(), vc.data(), cap, pos.data(), s.nq, s.nkv, s.hd, scale, 64,
+                              partial.data(), dgate.data() + s.hd, q_stride, out.data()},
+                             nullptr);
+      std::vector<float> ref(out.size()), scores(static_cast<size_t>(len));
+      for (int h = 0; h < s.nq; ++h) {
+        float* o = ref.data() + h * s.hd;
+        attend(q.data() + h * s.hd, cache.head(h / (s.nq / s.nkv), cap, s.hd), len, s.hd, scale,
+               scores.data(), o, kVectorOpsReference);
+        for (int d = 0; d < s.hd; ++d) o[d] *= sigmoid(gate[static_cast<size_t>(h * q_stride + s.hd + d)]);
+      }
+      EXPECT_LT(rel_err(out.download(), ref), 1e-5);
+    }
+  }
+}
+
+TEST(Attention, PrefillMatchesAttendPerRow) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  for (const AttnShape s :
+       {AttnShape{16, 2, 256}, AttnShape{4, 2, 32}, AttnShape{8, 2, 128}, AttnShape{4, 1, 64}}) {
+    for (auto [pos0, n] : {std::pair<int64_t, int64_t>{0, 1}, {0, 100}, {37, 64}, {300, 130}, {2000, 3}}) {
+      SCOPED_TRACE(fmt::format("{}/{} heads x {}, rows [{}, {})", s.nq, s.nkv, s.hd, pos0, pos0 + n));
+      const int64_t cap = pos0 + n, q_stride = 2 * s.hd, ld_gate = s.nq * q_stride;
+      const HostCache cache = random_cache(s, cap, rng);
+      const auto q = round_bf16(randn(static_cast<size_t>(n * s.nq * s.hd), rng, 2.0f));
+      const auto gate = randn(static_cast<size_t>(n * ld_gate), rng);
+      DeviceArray<uint16_t> dq(to_bf16(q)), kc(cache.k), vc(cache.v),
+          out(static_cast<size_t>(n * s.nq * s.hd));
+      DeviceArray<float> dgate(gate);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
+      cuda::attention_prefill({dq.data(), kc.data(), vc.data(), cap, n, pos0, s.nq, s.nkv, s.hd, scale,
+                               dgate.data() + s.hd, ld_gate, q_stride, out.data()},
+                              nullptr);
+      std::vector<float> ref(out.size()), scores(static_cast<size_t>(cap));
+      for (int64_t t = 0; t < n; ++t)
+        for (int h = 0; h < s.nq; ++h) {
+          float* o = ref.data() + (t * s.nq + h) * s.hd;
+          attend(q.data() + (t * s.nq + h) * s.hd, cache.head(h / (s.nq / s.nkv), cap, s.hd), pos0 + t + 1,
+                 s.hd, scale, scores.data(), o, kVectorOpsReference);
+          for (int d = 0; d < s.hd; ++d)
+            o[d] *= sigmoid(gate[static_cast<size_t>(t * ld_gate + h * q_stride + s.hd + d)]);
+        }
+      EXPECT_LT(rel_err(from_bf16(out.download()), ref), 1.5e-2);
+    }
+  }
+}
+
+struct SampleRun {
+  std::vector<int32_t> tokens;
+  int32_t position = 0;
+  uint64_t draws = 0;
+};
+
+SampleRun sample_many(const std::vector<float>& logits, const cuda::SamplingState& st, int draws) {
+  DeviceArray<float> dl(logits);
+  DeviceArray<cuda::SamplingState> state(std::vector<cuda::SamplingState>{st});
+  DeviceArray<int32_t> token(1), pos(std::vector<int32_t>{0});
+  SampleRun r;
+  for (int i = 0; i < draws; ++i) {
+    token.poison();
+    cuda::sample_token(
+        {dl.data(), static_cast<int64_t>(logits.size()), state.data(), token.data(), pos.data()}, nullptr);
+    r.tokens.push_back(token.download()[0]);
+  }
+  r.position = pos.download()[0];
+  r.draws = state.download()[0].draws;
+  return r;
+}
+
+TEST(Sample, GreedyAndCutsAndDistribution) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  // Greedy over the real vocabulary, with the maximum duplicated (the lower id wins) and NaNs around.
+  auto logits = randn(248320, rng, 3.0f);
+  const auto top = std::max_element(logits.begin(), logits.end());
+  const int32_t best = static_cast<int32_t>(top - logits.begin());
+  logits[static_cast<size_t>(best) + 1 < logits.size() ? logits.size() - 1 : static_cast<size_t>(best)] =
+      *top;
+  logits[best == 17 ? 18 : 17] = NAN;
+  const SampleRun g = sample_many(logits, {}, 3);
+  EXPECT_EQ(g.tokens, (std::vector<int32_t>{best, best, best}));
+  EXPECT_EQ(g.position, 3);
+  EXPECT_EQ(g.draws, 3u);
+  // Cuts that leave one token: top-k 1, top-p ~0, min-p 1 (on logits without the tied maximum: tokens
+  // tied exactly at a cut are all kept, see sample_cuda.h).
+  logits[static_cast<size_t>(best) + 1 < logits.size() ? logits.size() - 1 : static_cast<size_t>(best)] =
+      0.0f;
+  logits[static_cast<size_t>(best)] = *std::max_element(logits.begin(), logits.end()) + 1.0f;
+  for (cuda::SamplingState st :
+       {cuda::SamplingState{1.0f, 1, 1.0f, 0.0f, 7, 0}, cuda::SamplingState{1.0f, 0, 1e-6f, 0.0f, 7, 0},
+        cuda::SamplingState{2.0f, 0, 1.0f, 1.0f, 7, 0}})
+    EXPECT_EQ(sample_many(logits, st, 5).tokens, std::vector<int32_t>(5, best));
+
+  // A small vocabulary: empirical frequencies against the probabilities the host Sampler's rules give.
+  const std::vector<float> small = {1.0f, 2.5f, 0.3f, 2.0f, -1.0f, 1.7f, 0.0f, 2.2f};
+  struct Case {
+    cuda::SamplingState st;
+    std::vector<int> allowed;  // ids the cuts keep
+  };
+  const std::vector<Case> cases = {
+      {{1.0f, 0, 1.0f, 0.0f, 1, 0}, {0, 1, 2, 3, 4, 5, 6, 7}},
+      {{0.7f, 3, 1.0f, 0.0f, 2, 0}, {1, 7, 3}},
+      {{1.0f, 0, 0.6f, 0.0f, 3, 0}, {1, 7, 3}},     // p sorted: .29 .21 .18 (.68 >= .6 after three)
+      {{1.3f, 0, 1.0f, 0.4f, 4, 0}, {1, 7, 3, 5}},  // p >= 0.4 · p_max
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(
+        fmt::format("T {} top_k {} top_p {} min_p {}", c.st.temperature, c.st.top_k, c.st.top_p, c.st.min_p));
+    const int n = 6000;
+    const SampleRun r = sample_many(small, c.st, n);
+    std::vector<double> want(small.size(), 0.0);
+    double total = 0;
+    for (int id : c.allowed)
+      total += want[static_cast<size_t>(id)] =
+          std::exp((small[static_cast<size_t>(id)] - 2.5) / c.st.temperature);
+    std::vector<int> count(small.size(), 0);
+    for (int32_t t : r.tokens) {
+      ASSERT_GE(t, 0);
+      ASSERT_LT(t, static_cast<int32_t>(small.size()));
+      ++count[static_cast<size_t>(t)];
+    }
+    for (size_t id = 0; id < small.size(); ++id) {
+      const double p = want[id] / total, f = static_cast<double>(count[id]) / n;
+      if (p == 0.0)
+        EXPECT_EQ(count[id], 0) << "id " << id << " is cut";
+      else
+        EXPECT_NEAR(f, p, 5 * std::sqrt(p * (1 - p) / n) + 1e-3) << "id " << id;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qwick
