@@ -12,6 +12,35 @@ namespace {
 constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+// Hugging Face tokenizers runs the pattern with Oniguruma, where \s is the Unicode White_Space
+// property. PCRE2's \s (with UCP) also matches U+180E, which stopped being a space in Unicode 6.3,
+// so \s and \S are spelled out as the property (that works inside classes too). Other escapes,
+// \Q...\E quoting included, are copied as they are.
+std::string with_white_space_property(const std::string& pattern) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '\\' || i + 1 >= pattern.size()) {
+      out.push_back(pattern[i]);
+      continue;
+    }
+    const char next = pattern[++i];
+    if (next == 's') {
+      out += "\\p{White_Space}";
+    } else if (next == 'S') {
+      out += "\\P{White_Space}";
+    } else if (next == 'Q') {
+      const size_t end = pattern.find("\\E", i);
+      const size_t stop = end == std::string::npos ? pattern.size() : end + 2;
+      out += pattern.substr(i - 1, stop - (i - 1));
+      i = stop - 1;
+    } else {
+      out.push_back('\\');
+      out.push_back(next);
+    }
+  }
+  return out;
+}
+
 std::string pcre2_message(int code) {
   PCRE2_UCHAR buffer[256];
   pcre2_get_error_message(code, buffer, sizeof buffer);
@@ -30,7 +59,8 @@ Regex::Regex(const std::string& pattern, bool literal) : impl_(std::make_unique<
   int error = 0;
   PCRE2_SIZE offset = 0;
   const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
-  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error,
+  const std::string compiled = literal ? pattern : with_white_space_property(pattern);
+  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(), options, &error,
                               &offset, nullptr);
   if (impl_->code == nullptr)
     fail("cannot compile the split regex at offset {}: {} (pattern: {})", offset, pcre2_message(error),
