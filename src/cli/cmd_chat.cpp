@@ -4,7 +4,8 @@
 // streams through the output parser: reasoning dimmed on a terminal (or hidden with
 // --hide-reasoning), then the answer. /reset starts over, /exit (or end of input) quits. The whole
 // conversation is rendered by the chat template each turn; when the engine's sequence is still a
-// prefix of the new prompt only the new tokens are prefilled.
+// prefix of the new prompt only the new tokens are prefilled (the template drops earlier reasoning
+// unless --preserve-thinking, so that is mostly the case with it).
 #include <unistd.h>
 
 #include <cstdio>
@@ -30,7 +31,7 @@ using ojson = nlohmann::ordered_json;
 
 struct ChatOptions {
   std::string system_prompt;
-  bool think = true, hide_reasoning = false;
+  bool think = true, hide_reasoning = false, preserve_thinking = false;
   int64_t n_predict = -1, chunk = 512, seed = 0;
   std::optional<double> temp, top_p, min_p;
   int top_k = -1;
@@ -59,6 +60,8 @@ int cmd_chat(int argc, char** argv) {
   p.option({"-sys", "--system"}, "TEXT", "system message", &o.system_prompt);
   p.flag({"--think"}, "let the model reason before answering (the template's enable_thinking)", &o.think);
   p.flag({"--hide-reasoning"}, "do not print the reasoning", &o.hide_reasoning);
+  p.flag({"--preserve-thinking"}, "keep earlier replies' reasoning in the conversation (Qwen3.6 template)",
+         &o.preserve_thinking);
   p.option({"-n", "--n-predict"}, "N", "most tokens per reply (-1 = until the model stops)", &o.n_predict,
            "LLAMA_ARG_N_PREDICT");
   p.option({"--temp"}, "T", "temperature (default: generation_config.json's, else 0 = greedy)", &o.temp);
@@ -100,6 +103,7 @@ int cmd_chat(int argc, char** argv) {
     ChatTemplateInput in;
     in.messages = messages;
     in.kwargs["enable_thinking"] = o.think;
+    in.kwargs["preserve_thinking"] = o.preserve_thinking;
     const std::vector<int32_t> prompt =
         text.tokenizer.encode(render_chat_template(in, text.template_kind), true);
 

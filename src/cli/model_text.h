@@ -1,4 +1,5 @@
 // The text side of a model directory for the CLI: its tokenizer and which chat template it ships.
+// Tested through the commands in tests/text/text_cli_test.cpp.
 #pragma once
 
 #include <string>

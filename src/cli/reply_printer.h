@@ -1,6 +1,7 @@
 // Prints a parsed reply as it streams: reasoning dimmed on a terminal (on a pipe framed by
 // <think> ... </think> so scripts can tell it apart), or hidden; content as is; tool calls as
 // "[tool call] NAME ARGUMENTS" lines at the end.
+// Tested by `qwick chat` in tests/text/text_cli_test.cpp.
 #pragma once
 
 #include <cstdio>

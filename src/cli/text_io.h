@@ -1,4 +1,5 @@
 // Whole-stream text I/O for the commands that read stdin and write stdout byte for byte.
+// Tested through the commands in tests/text/text_cli_test.cpp.
 #pragma once
 
 #include <functional>

@@ -1,5 +1,5 @@
 // Token ids written by a user or script: a JSON array ("[1, 2, 3]") or a comma and/or whitespace
-// separated list ("1,2,3", "1 2 3").
+// separated list ("1,2,3", "1 2 3"). Tested through `qwick detokenize` and `qwick run --prompt-ids`.
 #pragma once
 
 #include <cstdint>

@@ -2,10 +2,14 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 
 #include "core/error.h"
+#include "text/nfc_unicode9_table.h"
+#include "text/utf8.h"
 
 namespace qwick {
 namespace {
@@ -21,6 +25,25 @@ void collect(const nlohmann::json& config, bool* nfc) {
   } else {
     fail("normalizer type \"{}\" is not supported (supported: NFC, or a Sequence of it)", type);
   }
+}
+
+bool normalizing_after_unicode9(char32_t cp) {
+  if (cp < kNormalizingAfterUnicode9[0].first) return false;
+  const auto* end = std::end(kNormalizingAfterUnicode9);
+  const auto* it = std::upper_bound(std::begin(kNormalizingAfterUnicode9), end, cp,
+                                    [](char32_t c, const CodePointRange& r) { return c < r.first; });
+  return it != std::begin(kNormalizingAfterUnicode9) && cp <= (it - 1)->last;
+}
+
+void append_nfc(std::string_view text, std::string& out) {
+  if (text.empty()) return;
+  utf8proc_uint8_t* result = nullptr;
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                          static_cast<utf8proc_ssize_t>(text.size()), &result,
+                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(result, &std::free);
+  if (n < 0) fail("NFC normalization failed: {}", utf8proc_errmsg(n));
+  out.append(reinterpret_cast<const char*>(result), static_cast<size_t>(n));
 }
 
 }  // namespace
@@ -40,13 +63,18 @@ std::string_view Normalizer::apply(std::string_view text, std::string& storage) 
       break;
     }
   if (!may_change) return text;
-  utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                          static_cast<utf8proc_ssize_t>(text.size()), &out,
-                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
-  if (n < 0) fail("NFC normalization failed: {}", utf8proc_errmsg(n));
-  storage.assign(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+  // Characters newer than Unicode 9.0 that normalization would touch split the text; each piece
+  // between them is normalized on its own and they stay as written.
+  storage.clear();
+  size_t piece = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t start = pos;
+    if (!normalizing_after_unicode9(decode_utf8(text, pos))) continue;
+    append_nfc(text.substr(piece, start - piece), storage);
+    storage.append(text.substr(start, pos - start));
+    piece = pos;
+  }
+  append_nfc(text.substr(piece), storage);
   return storage;
 }
 

@@ -330,17 +330,21 @@ void OutputParser::finish(std::vector<OutputDelta>& deltas) {
       pending_.clear();
       call_failed(deltas);
       break;
-    // Inside a call only whitespace and a partial tag can be left (generation stopped while
-    // writing the tag); they are dropped and the call is closed.
+    // Inside a call what is left is whitespace or a partial tag (generation stopped while writing
+    // it): dropped, and the call is closed. An unfinished "<parameter=NAME" is kept as content.
     case State::kValue:
       pending_.clear();
       end_value(deltas);
       end_call(deltas);
       break;
-    case State::kCallBody:
+    case State::kCallBody: {
+      const std::string_view rest = std::string_view(pending_).substr(
+          std::min(pending_.find_first_not_of(" \t\r\n"), pending_.size()));
+      if (!could_become(rest, kBodyTags)) emit_text(OutputDelta::Kind::kContent, rest, deltas);
       pending_.clear();
       end_call(deltas);
       break;
+    }
     case State::kCallClose:
       pending_.clear();
       break;

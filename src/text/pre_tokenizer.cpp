@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include "core/error.h"
+#include "text/regex_unicode_table.h"
 
 namespace qwick {
 namespace {
@@ -12,27 +13,67 @@ namespace {
 constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-// Hugging Face tokenizers runs the pattern with Oniguruma, where \s is the Unicode White_Space
-// property. PCRE2's \s (with UCP) also matches U+180E, which stopped being a space in Unicode 6.3,
-// so \s and \S are spelled out as the property (that works inside classes too). Other escapes,
-// \Q...\E quoting included, are copied as they are.
-std::string with_white_space_property(const std::string& pattern) {
+// The pattern as the reference reads it. Hugging Face tokenizers runs it with Oniguruma, whose
+// Unicode tables are newer than Debian's PCRE2 and whose \s is the White_Space property (PCRE2's
+// also matches U+180E). So \s and \S become \p{White_Space} and \P{White_Space}, and \p{L},
+// \p{M}, \p{N} (and \pL, ...) get the code points of later Unicode versions added
+// (regex_unicode_table.h): inside a class as extra items, outside as a class of their own.
+// Everything else, \Q...\E quoting included, is copied as it is.
+std::string for_reference_unicode(const std::string& pattern) {
+  auto extra = [](char category) -> const char* {
+    return category == 'L'   ? kRegexExtraL
+           : category == 'M' ? kRegexExtraM
+           : category == 'N' ? kRegexExtraN
+                             : nullptr;
+  };
   std::string out;
+  bool in_class = false;
   for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] != '\\' || i + 1 >= pattern.size()) {
-      out.push_back(pattern[i]);
+    const char c = pattern[i];
+    if (c == '[' && !in_class) {
+      in_class = true;
+      out.push_back(c);
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out.push_back(pattern[++i]);
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out.push_back(pattern[++i]);  // a literal ']'
+      continue;
+    }
+    if (c == '[' && in_class && i + 1 < pattern.size() && pattern[i + 1] == ':') {  // [:alpha:]
+      const size_t end = pattern.find(":]", i + 2);
+      const size_t stop = end == std::string::npos ? pattern.size() : end + 2;
+      out += pattern.substr(i, stop - i);
+      i = stop - 1;
+      continue;
+    }
+    if (c == ']' && in_class) in_class = false;
+    if (c != '\\' || i + 1 >= pattern.size()) {
+      out.push_back(c);
       continue;
     }
     const char next = pattern[++i];
-    if (next == 's') {
-      out += "\\p{White_Space}";
-    } else if (next == 'S') {
-      out += "\\P{White_Space}";
+    if (next == 's' || next == 'S') {
+      out += next == 's' ? "\\p{White_Space}" : "\\P{White_Space}";
     } else if (next == 'Q') {
       const size_t end = pattern.find("\\E", i);
       const size_t stop = end == std::string::npos ? pattern.size() : end + 2;
       out += pattern.substr(i - 1, stop - (i - 1));
       i = stop - 1;
+    } else if ((next == 'p' || next == 'P') && i + 1 < pattern.size()) {
+      // \pL or \p{Name}; `last` is the escape's last character.
+      size_t last = i + 1;
+      std::string name(1, pattern[i + 1]);
+      if (pattern[i + 1] == '{') {
+        last = std::min(pattern.find('}', i + 2), pattern.size() - 1);
+        name = pattern.substr(i + 2, last - (i + 2));
+      }
+      const char* more = name.size() == 1 ? extra(name[0]) : nullptr;
+      const std::string item = "\\p{" + name + "}" + (more ? more : "");
+      if (more != nullptr && next == 'p')
+        out += in_class ? item : "[" + item + "]";
+      else if (more != nullptr && !in_class)
+        out += "[^" + item + "]";
+      else
+        out += pattern.substr(i - 1, last - i + 2);  // another property, or \P{..} inside a class
+      i = last;
     } else {
       out.push_back('\\');
       out.push_back(next);
@@ -59,7 +100,7 @@ Regex::Regex(const std::string& pattern, bool literal) : impl_(std::make_unique<
   int error = 0;
   PCRE2_SIZE offset = 0;
   const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
-  const std::string compiled = literal ? pattern : with_white_space_property(pattern);
+  const std::string compiled = literal ? pattern : for_reference_unicode(pattern);
   impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(), options, &error,
                               &offset, nullptr);
   if (impl_->code == nullptr)

@@ -7,8 +7,10 @@
 //                                       use_regex it also splits by the GPT-2 pattern
 //   Sequence of the above                each step splits the pieces of the previous one
 // The regex is the one written in the file, compiled by PCRE2 with UTF + UCP (Unicode properties
-// for \p{..}, case folding) and JIT, with \s read as Oniguruma (which Hugging Face uses) reads it:
-// the White_Space property. Anything else is refused with an Error naming it.
+// for \p{..}, case folding) and JIT, and read as the reference (Hugging Face tokenizers, through
+// Oniguruma) reads it: \s is the White_Space property and \p{L}, \p{M}, \p{N} follow Unicode 16
+// (see for_reference_unicode in pre_tokenizer.cpp). Anything else is refused with an Error
+// naming it.
 //
 // Tested in tests/text/tokenizer_test.cpp (pieces against the goldens' pre_tokens for both the
 // Qwen3 and the Qwen3.5/3.6 regex, unsupported configurations) and tests/node (random text).

@@ -167,6 +167,10 @@ TEST(OutputParser, CutShortOutputsLoseNothing) {
   r = parse_all_ways("r</think><tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</param");
   ASSERT_EQ(r.message.tool_calls.size(), 1u);
   EXPECT_EQ(r.message.tool_calls[0].arguments, R"({"days":2})");
+  r = parse_all_ways("r</think><tool_call>\n<function=get_weather>\n<parameter=loca");
+  ASSERT_EQ(r.message.tool_calls.size(), 1u);
+  EXPECT_EQ(r.message.tool_calls[0].arguments, "{}");
+  EXPECT_EQ(r.message.content, "<parameter=loca");
   r = parse_all_ways("r</think><tool_call>\n<function=get_wea");
   EXPECT_EQ(r.message.content, "<tool_call>\n<function=get_wea");
   EXPECT_TRUE(r.message.tool_calls.empty());
@@ -200,6 +204,66 @@ TEST(OutputParser, MalformedCallsBecomeContentOrAreTolerated) {
   r = parse_all_ways("<tool_call>\n<function=list_files>\n</function>\n</tool_call>");
   ASSERT_EQ(r.message.tool_calls.size(), 1u);
   EXPECT_EQ(r.message.tool_calls[0].arguments, "{}");
+}
+
+// Random mixes of tags, tag fragments, whitespace and text: never a crash, never lost text, and
+// the same result however the text is chunked.
+TEST(OutputParser, RandomOutputsAreChunkingInvariant) {
+  const char* pieces[] = {"<think>",
+                          "</think>",
+                          "<tool_call>",
+                          "</tool_call>",
+                          "<function=get_weather>",
+                          "<function=",
+                          "</function>",
+                          "<parameter=days>",
+                          "<parameter=location>",
+                          "<parameter=",
+                          "</parameter>",
+                          "<",
+                          ">",
+                          "</",
+                          "\n",
+                          "\n\n",
+                          " ",
+                          "\t",
+                          "42",
+                          "Paris",
+                          "{\"a\": 1}",
+                          "é",
+                          "text",
+                          "<tool",
+                          "_call>",
+                          "</think",
+                          "{\"name\": \"f\", \"arguments\": {}}",
+                          "null",
+                          "true"};
+  std::mt19937 rng(11);
+  for (int round = 0; round < 3000; ++round) {
+    std::string output;
+    for (int i = 0, n = static_cast<int>(rng() % 30); i < n; ++i) output += pieces[rng() % std::size(pieces)];
+    const bool reasoning = rng() % 2 == 0;
+    const Result whole = parse_chunks({output}, reasoning);
+    std::vector<std::string> chunks;
+    for (size_t pos = 0; pos < output.size();) {
+      const size_t n = std::min<size_t>(output.size() - pos, 1 + rng() % 5);
+      chunks.push_back(output.substr(pos, n));
+      pos += n;
+    }
+    const Result chunked = parse_chunks(chunks, reasoning);
+    ASSERT_EQ(chunked.deltas, whole.deltas) << output;
+    // Every non-space character of the output that is not markup survives somewhere.
+    const ParsedMessage& m = whole.message;
+    std::string kept = m.reasoning_content + m.content;
+    for (const auto& call : m.tool_calls) kept += call.name + call.arguments;
+    for (const char* word : {"Paris", "42", "text"}) {
+      size_t in_output = 0, in_result = 0;
+      for (size_t p = output.find(word); p != std::string::npos; p = output.find(word, p + 1)) ++in_output;
+      for (size_t p = kept.find(word); p != std::string::npos; p = kept.find(word, p + 1)) ++in_result;
+      EXPECT_EQ(in_result, in_output) << word << " in " << output;
+    }
+    for (const auto& call : m.tool_calls) EXPECT_TRUE(ojson::accept(call.arguments)) << call.arguments;
+  }
 }
 
 TEST(OutputParser, EmitsAsSoonAsCertain) {

@@ -11,7 +11,8 @@ namespace {
 
 const std::string kSample =
     "Hello, world! The weather in São Paulo is 23 °C.\n\n  def f(x):\n\treturn x * 2  # ok\n"
-    "你好，世界。こんにちは 안녕하세요 مرحبا नमस्ते 👩‍👩‍👧 e\xCC\x81 "
+    "你好，世界。こんにちは 안녕하세요 مرحبا नमस्ते 👩‍👩‍👧 "
+    "e\xCC\x81 "
     "<think>\nhmm\n</think>\n\n"
     "<tool_call>\n<function=f>\n</function>\n</tool_call><|im_end|>";
 

@@ -163,8 +163,9 @@ TEST(TextCli, RunWithATextPromptIsTheSameGenerationAsWithItsIds) {
 TEST(TextCli, ChatRunsOnAPipe) {
   const fs::path scratch = test::scratch_dir("chat");
   const fs::path model = tiny_model(scratch);
-  const test::Run r = test::run_qwick(scratch, "chat -m '" + model.string() + "' -n 6 --temp 0",
-                                      "Hello!\nHow are you?\n/reset\nAgain\n/exit\nignored\n");
+  const test::Run r =
+      test::run_qwick(scratch, "chat --preserve-thinking -m '" + model.string() + "' -n 6 --temp 0",
+                      "Hello!\nHow are you?\n/reset\nAgain\n/exit\nignored\n");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("(conversation cleared)"), std::string::npos) << r.err;
   // Three replies, each ending in a newline; no prompt characters or colours on a pipe.

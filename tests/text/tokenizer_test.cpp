@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "text/byte_level.h"
+#include "text/normalizer.h"
 #include "text/tokenizer.h"
 #include "text_test_support.h"
 
@@ -133,6 +134,48 @@ TEST(Tokenizer, TinyTokenizerMergesAndNormalizes) {
   // NFD "e" + combining acute is composed to U+00E9 before BPE.
   EXPECT_EQ(t.encode("e\xCC\x81", true), (std::vector<int32_t>{0xC3, 0xA9}));
   EXPECT_EQ(t.id_limit(), 258);
+}
+
+// The reference's regex engine (Oniguruma) has Unicode 16 classes and the White_Space \s; PCRE2's
+// own tables are Unicode 14 and its \s takes U+180E. Expected pieces and ids: the Rust library.
+TEST(Tokenizer, SplitFollowsTheReferencesUnicode) {
+  const Tokenizer& t = fixture("qwen35-regex");
+  using Pieces = std::vector<std::string>;
+  EXPECT_EQ(t.pieces("a\U00031350b", true), Pieces{"a\U00031350b"});  // CJK extension H (15.0): a letter
+  EXPECT_EQ(t.encode("a\U00031350b", true), (std::vector<int32_t>{64, 172, 109, 235, 238, 65}));
+  EXPECT_EQ(t.pieces("x\u180E  y", true), (Pieces{"x", "\u180E", " ", " y"}));  // U+180E is not a space
+  EXPECT_EQ(t.encode("x\u180E  y", true), (std::vector<int32_t>{87, 123970, 236, 220, 379}));
+  // Ol Onal (16.0): a letter and a mark join, digits go one by one.
+  EXPECT_EQ(t.pieces("\U0001E5D0\U0001E5EE!\U0001E5F1\U0001E5F2", true),
+            (Pieces{"\U0001E5D0\U0001E5EE", "!", "\U0001E5F1", "\U0001E5F2"}));
+  EXPECT_EQ(t.pieces("\U00010940x", true), Pieces{"\U00010940x"});  // Sidetic (17.0): not a letter there yet
+}
+
+// Hugging Face normalizes with Unicode 9.0 data: later marks are starters there (no reordering, no
+// composition across them), later compositions do not happen. Expected values: the Rust library.
+TEST(Tokenizer, NfcFollowsUnicode9LikeTheReference) {
+  const Normalizer nfc = Normalizer::from_json(nlohmann::json::parse(R"({"type": "NFC"})"));
+  std::string storage;
+  auto normalize = [&](const std::string& s) { return std::string(nfc.apply(s, storage)); };
+  EXPECT_EQ(normalize("a\u1ABF\u0301"), "a\u1ABF\u0301");  // U+1ABF is Unicode 14
+  EXPECT_EQ(normalize("a\u0301\u1ABF"), "\u00E1\u1ABF");
+  EXPECT_EQ(normalize("a\u1DF6\u0316"), "a\u1DF6\u0316");                // no reordering (U+1DF6: 10.0)
+  EXPECT_EQ(normalize("a\U0001E944\u0316"), "a\u0316\U0001E944");        // reordered (U+1E944: 9.0)
+  EXPECT_EQ(normalize("\U00011935\U00011930"), "\U00011935\U00011930");  // a Unicode 13 composition
+  EXPECT_EQ(normalize("e\u0301 x e\u0301"), "\u00E9 x \u00E9");
+  EXPECT_EQ(normalize("plain ascii"), "plain ascii");
+}
+
+// The rewrite for the reference's Unicode keeps other property escapes, negations and quoting.
+TEST(Tokenizer, SplitRegexRewriteKeepsOtherSyntax) {
+  auto j = tiny_tokenizer();
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = R"(\p{Han}+|\P{L}+|\pL+|\Q[x]\E)";
+  const Tokenizer t = Tokenizer::from_json_text(j.dump(), "test.json");
+  using Pieces = std::vector<std::string>;
+  EXPECT_EQ(t.pieces("你好ab12 \U00031350c", true), (Pieces{"你好", "ab", "12 ", "\U00031350c"}));
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = R"([\]\s]+|[^\S\n]+|[[:digit:]]+)";
+  const Tokenizer u = Tokenizer::from_json_text(j.dump(), "test.json");
+  EXPECT_EQ(u.pieces("a] \n 12", true), (Pieces{"a", "] \n ", "12"}));
 }
 
 TEST(Tokenizer, RefusesWhatItDoesNotSupport) {
