@@ -165,8 +165,11 @@ std::string Renderer::render() {
   const ojson& messages = in_.messages;
   if (messages.is_null() || (messages.is_array() && messages.empty())) raise("No messages provided.");
   if (!messages.is_array()) raise("messages must be a list");
+  // `tools and tools is iterable and tools is not mapping`: a non-empty list gives the tools block,
+  // a mapping, number or boolean is ignored. (The template would list a string's characters as
+  // tools; that is refused instead.)
   const ojson& tools = in_.tools;
-  if (!tools.is_null() && !tools.is_array()) raise("tools must be a list");
+  if (tools.is_string()) raise("tools must be a list, got a string");
 
   // The system turn, with the tools block when there are tools.
   const bool system_first = is_string(member(&messages[0], "role"), "system");
@@ -244,11 +247,12 @@ void Renderer::render_assistant(const ojson& message, std::string content, size_
   else
     emit({"<|im_start|>assistant\n", content});
 
+  // `tool_calls is iterable and not mapping`: a list is rendered, a mapping or a number skipped;
+  // a string would be iterated by character and fail on the first (it has no name).
   const ojson* calls = member(&message, "tool_calls");
-  if (truthy(calls)) {
-    if (!calls->is_array()) raise("tool_calls must be a list");
+  if (truthy(calls) && calls->is_string()) raise("tool_calls must be a list, got a string");
+  if (truthy(calls) && calls->is_array())
     for (size_t j = 0; j < calls->size(); ++j) render_tool_call(&(*calls)[j], j == 0, content);
-  }
   out_ += "<|im_end|>\n";
 }
 

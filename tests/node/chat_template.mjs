@@ -1,28 +1,40 @@
-// qwick's chat template against the real template files rendered by @huggingface/jinja, on
-// generated conversations: random role sequences (valid and not), system prompts, list-of-parts
-// content, images and videos, reasoning in reasoning_content or in <think> tags, tool calls
-// (wrapped in "function" or not) with arguments of every JSON type, consecutive tool results,
-// tool definitions, unicode, and every keyword argument. Rejections must carry the same message.
+// qwick's chat template against the real template files rendered by a Jinja engine, on generated
+// conversations: random role sequences (valid and not), system prompts, list-of-parts content,
+// images and videos, reasoning in reasoning_content or in <think> tags, tool calls (wrapped in
+// "function" or not) with arguments of every JSON type, consecutive tool results, tool
+// definitions, unicode, and every keyword argument. Rejections must carry the same message.
 //
-// Inputs avoid the documented differences between @huggingface/jinja and Python Jinja (the
-// reference transformers uses): whitespace other than "\n" right after </think> (JS strips it),
-// the whitespace characters the two |trim implementations disagree on, integral floats and
-// integer-like object keys (JS has one number type and reorders such keys). For the Qwen3.5
-// template also booleans and null as tool arguments (JS renders |string of them differently).
+// Two references (--oracle):
+//   hf      @huggingface/jinja (npm). Inputs avoid its documented differences from Python Jinja:
+//           whitespace other than "\n" right after </think> (it strips all), the characters the two
+//           |trim implementations disagree on, and for the Qwen3.5 template booleans and null as
+//           tool arguments (it renders |string of them differently).
+//   python  Python Jinja set up as transformers does (jinja2_render.py, Debian python3-jinja2): the
+//           renderer the goldens come from, so those inputs are generated too. A failure of the
+//           template on its input (not raise_exception) only needs qwick to fail as well.
+// Neither sees tool-call arguments given as JSON strings (qwick parses them on purpose; the
+// template cannot) or integral floats (JavaScript cannot write 2.0).
 //
-// usage: node chat_template.mjs --qwick BIN --templates DIR; QWICK_TEST_SEED picks new cases.
+// usage: node chat_template.mjs --qwick BIN --templates DIR [--oracle hf|python]
+// QWICK_TEST_SEED picks new cases. Exit 77 (skipped) when the oracle is not installed.
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
-import { importOrSkip, parseArgs, qwick, random, report, seedFromEnv } from "./common.mjs";
+import { fileURLToPath } from "node:url";
+import { SKIP, importOrSkip, parseArgs, qwick, random, report, seedFromEnv } from "./common.mjs";
 
-const { Template } = await importOrSkip("@huggingface/jinja");
 const args = parseArgs();
+const oracle = args.oracle ?? "hf";
+const python = oracle === "python";
+const { Template } = python ? {} : await importOrSkip("@huggingface/jinja");
 const seed = seedFromEnv(4321);
 const rng = random(seed);
 
 const TEXTS = ["Hello!", "What's the weather in Paris?", "  padded  ", "\n\nnewlines first", "你好，世界", "Ünïcödé ✓",
                "emoji 👩‍👩‍👧 and 🇯🇵", "tabs\tinside", "<b>html & \"quotes\"</b>", "line 1\nline 2\n", "", "   ",
                "back\\slash", "नमस्ते", "مرحبا", "a<tool_call>b", "x </think>y", "<think>inner</think>tail", "ß", "\u00a0nbsp\u00a0"];
+// Only for the Python reference (see above).
+if (python) TEXTS.push("x </think> y", "<think>in</think>\t tab", "\u001ctrim\u0085", "\ufeffbom\ufeff", "</think>  ");
 const NAMES = ["get_weather", "search", "write_file", "list_files", "calc", "翻訳"];
 
 function text() {
@@ -66,7 +78,7 @@ function toolCall(scalarsOnlySafe) {
   const args = {};
   for (let i = rng.int(4); i > 0; --i) {
     let v = value();
-    if (scalarsOnlySafe) while (v === null || typeof v === "boolean") v = value();
+    if (scalarsOnlySafe && !python) while (v === null || typeof v === "boolean") v = value();
     args[rng.pick(["city", "days", "unit", "path", "content", "query", "opts"]) + (i > 1 ? i : "")] = v;
   }
   const call = { name: rng.pick(NAMES), arguments: args };
@@ -113,38 +125,54 @@ function conversation(scalarsOnlySafe) {
   return request;
 }
 
-function reference(template, request) {
-  try {
-    const prompt = template.render({
-      messages: request.messages, tools: request.tools ?? null, documents: null,
-      add_generation_prompt: request.add_generation_prompt, bos_token: null, eos_token: "<|im_end|>",
-      pad_token: "<|endoftext|>",
-      ...request.chat_template_kwargs,
-    });
-    return { prompt };
-  } catch (e) {
-    return { error: e.message };
+function renderHf(templatePath, requests) {
+  const template = new Template(fs.readFileSync(templatePath, "utf8"));
+  return requests.map((request) => {
+    try {
+      return { prompt: template.render({
+        messages: request.messages, tools: request.tools ?? null, documents: null,
+        add_generation_prompt: request.add_generation_prompt, bos_token: null, eos_token: "<|im_end|>",
+        pad_token: "<|endoftext|>", ...request.chat_template_kwargs,
+      }) };
+    } catch (e) {
+      return { error: e.message, kind: "raise_exception" };  // its raise_exception and type errors look alike
+    }
+  });
+}
+
+function renderPython(templatePath, requests) {
+  const script = path.join(path.dirname(fileURLToPath(import.meta.url)), "jinja2_render.py");
+  const r = spawnSync("python3", [script, templatePath], {
+    input: requests.map((q) => JSON.stringify(q)).join("\n") + "\n", encoding: "utf8", maxBuffer: 1 << 30 });
+  if (r.error || r.status === SKIP) {
+    console.log(r.stdout || `SKIPPED: python3 is not available (${r.error?.message})`);
+    process.exit(SKIP);
   }
+  if (r.status !== 0) throw new Error(`jinja2_render.py failed: ${r.stderr}`);
+  return r.stdout.trimEnd().split("\n").map((l) => JSON.parse(l));
 }
 
 let status = 0;
 for (const [name, file, scalarsOnlySafe] of [["qwen3.6", "qwen3.6-chat_template.jinja", false],
                                             ["qwen3.5", "qwen3.5-chat_template.jinja", true]]) {
   const templatePath = path.join(args.templates, file);
-  const template = new Template(fs.readFileSync(templatePath, "utf8"));
   const requests = Array.from({ length: 1500 }, () => conversation(scalarsOnlySafe));
+  const wants = python ? renderPython(templatePath, requests) : renderHf(templatePath, requests);
   const ours = qwick(args.qwick, ["template", "--jsonl", "--chat-template", templatePath],
                      requests.map((r) => JSON.stringify(r)).join("\n") + "\n").split("\n");
   const failures = [];
   let errors = 0;
   for (let i = 0; i < requests.length; ++i) {
-    const want = reference(template, requests[i]);
+    const want = wants[i];
     const got = JSON.parse(ours[i]);
     if (want.error) ++errors;
-    const same = want.error ? got.error === want.error : got.prompt === want.prompt;
+    // The template's own rejections must say the same; its type errors only need an error here.
+    const same = want.error ? got.error !== undefined && (want.kind !== "raise_exception" || got.error === want.error)
+                            : got.prompt === want.prompt;
     if (!same) failures.push({ request: requests[i], ours: got, want });
   }
   console.log(`${name}: ${errors} of ${requests.length} conversations rejected by the template`);
-  status |= report(`chat template ${name} (seed ${seed})`, requests.length, failures);
+  status |= report(`chat template ${name} vs ${python ? "Python jinja2" : "@huggingface/jinja"} (seed ${seed})`,
+                   requests.length, failures);
 }
 process.exit(status);

@@ -87,8 +87,18 @@ TEST(ChatTemplate, TypeErrorsOfTheTemplateAreErrorsToo) {
   in.messages = ojson::parse(R"([{"role": "user", "content": [5]}])");
   EXPECT_THROW(render_chat_template(in), ChatTemplateError);
   in.messages = ojson::parse(R"([{"role": "user", "content": "hi"}])");
-  in.tools = ojson::parse(R"({"name": "f"})");
+  in.tools = "get_weather";
   EXPECT_THROW(render_chat_template(in), ChatTemplateError);
+  // What the template ignores: tools given as a mapping, tool_calls given as a mapping or a number.
+  in.tools = ojson::parse(R"({"name": "f"})");
+  EXPECT_EQ(render_chat_template(in), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n");
+  in.tools = nullptr;
+  in.messages = ojson::parse(R"([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a", "tool_calls": {}},
+      {"role": "assistant", "content": "b", "tool_calls": 3}])");
+  in.add_generation_prompt = false;
+  EXPECT_EQ(render_chat_template(in),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\na<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\nb<|im_end|>\n");
 }
 
 TEST(ChatTemplate, VisionPartsAndIds) {
