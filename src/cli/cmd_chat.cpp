@@ -58,14 +58,14 @@ int cmd_chat(int argc, char** argv) {
               "back. Commands: /reset (start over), /exit (or end of input).");
   engine.add_to(p);
   p.option({"-sys", "--system"}, "TEXT", "system message", &o.system_prompt);
-  p.flag({"--think"}, "let the model reason before answering (the template's enable_thinking)", &o.think);
+  p.flag({"--think"}, "reason before answering (template's enable_thinking; --no-think = off)", &o.think);
   p.flag({"--hide-reasoning"}, "do not print the reasoning", &o.hide_reasoning);
   p.flag({"--preserve-thinking"}, "keep earlier replies' reasoning in the conversation (Qwen3.6 template)",
          &o.preserve_thinking);
   p.option({"-n", "--n-predict"}, "N", "most tokens per reply (-1 = until the model stops)", &o.n_predict,
            "LLAMA_ARG_N_PREDICT");
   p.option({"--temp"}, "T", "temperature (default: generation_config.json's, else 0 = greedy)", &o.temp);
-  p.option({"--top-k"}, "K", "top-k cut (default: generation_config.json's, else off)", &o.top_k);
+  p.option({"--top-k"}, "K", "top-k cut (-1 = generation_config.json's, else off; 0 = off)", &o.top_k);
   p.option({"--top-p"}, "P", "top-p cut (default: generation_config.json's, else off)", &o.top_p);
   p.option({"--min-p"}, "P", "min-p cut (default: generation_config.json's, else off)", &o.min_p);
   p.option({"-s", "--seed"}, "N", "sampling seed", &o.seed);

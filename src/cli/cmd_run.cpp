@@ -71,7 +71,7 @@ int cmd_run(int argc, char** argv) {
   p.option({"--prompt-ids"}, "IDS", "prompt as token ids, comma or space separated", &prompt_ids);
   p.flag({"--raw"}, "use the text as the whole prompt, without the chat template", &raw);
   p.option({"-sys", "--system"}, "TEXT", "system message (chat template only)", &system_prompt);
-  p.flag({"--think"}, "let the model reason first (the template's enable_thinking)", &think);
+  p.flag({"--think"}, "reason before answering (template's enable_thinking; --no-think = off)", &think);
   p.option({"-n", "--n-predict"}, "N", "tokens to generate (-1 = until a stop token)", &n_predict,
            "LLAMA_ARG_N_PREDICT");
   p.option({"--temp"}, "T", "temperature (0 = greedy)", &temp);
