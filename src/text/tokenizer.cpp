@@ -77,6 +77,8 @@ Tokenizer Tokenizer::from_json_text(std::string_view json_text, const std::strin
     return t;
   } catch (const Error& e) {
     fail("{}: {}", source, e.what());
+  } catch (const nlohmann::json::exception& e) {  // a field of the wrong JSON type
+    fail("{}: {}", source, e.what());
   }
 }
 

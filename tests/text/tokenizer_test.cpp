@@ -211,6 +211,10 @@ TEST(Tokenizer, RefusesWhatItDoesNotSupport) {
   j["decoder"] = {{"type", "WordPiece"}};
   EXPECT_NE(load_error(j).find("decoder type \"WordPiece\""), std::string::npos) << load_error(j);
 
+  j = tiny_tokenizer();
+  j["model"]["dropout"] = "high";
+  EXPECT_NE(load_error(j).find("test.json: "), std::string::npos) << load_error(j);
+
   EXPECT_NE(load_error(nlohmann::json::object()).find("test.json: no \"model\" object"), std::string::npos);
 }
 
