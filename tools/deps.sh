@@ -8,7 +8,7 @@ packages=(
   libcpp-httplib-dev                        # HTTP server
   libgtest-dev                              # unit tests
   clang libclang-rt-14-dev                  # libFuzzer targets
-  nodejs npm xz-utils                       # reference-library tests, compressed fixtures
+  nodejs npm python3-jinja2                 # reference-library tests (tokenizers, Jinja renderers)
 )
 missing=()
 for p in "${packages[@]}"; do

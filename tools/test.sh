@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/deps.sh
+(cd tests/node && npm ci --no-audit --no-fund)  # the reference libraries the text tests compare against
 jobs=$(nproc)
 
 echo "== Release =="

@@ -5,7 +5,9 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "model/config.h"
 #include "model/synthetic_model.h"
+#include "text/synthetic_tokenizer.h"
 
 namespace qwick {
 
@@ -15,7 +17,9 @@ int cmd_make_model(int argc, char** argv) {
   int64_t seed = 0, shard_mb = 2048;
   ArgParser p("qwick make-model [options] OUT_DIR",
               "Writes a checkpoint with random weights in the real file layout: config.json,\n"
-              "generation_config.json, sharded safetensors and the index. Deterministic for a seed.");
+              "generation_config.json, sharded safetensors and the index, and tokenizer.json,\n"
+              "tokenizer_config.json and chat_template.jinja (a byte-level BPE vocabulary learned from\n"
+              "a built-in text, the Qwen added tokens, the Qwen3.6 template). Deterministic for a seed.");
   p.positional("OUT_DIR", "directory to write (created if needed)", &out, true);
   p.option({"--preset"}, "NAME", "tiny, small or qwen3.6-35b-a3b (the exact full shapes)", &spec.preset);
   p.option({"--config"}, "FILE", "take the shapes from this config.json instead of a preset", &spec.config_path);
@@ -29,6 +33,7 @@ int cmd_make_model(int argc, char** argv) {
   spec.shard_bytes = static_cast<uint64_t>(shard_mb) << 20;
   const auto t0 = std::chrono::steady_clock::now();
   write_synthetic_model(spec, out);
+  write_synthetic_text_files(out, special_token_base(load_model_config(out).vocab_size));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "wrote %s (%s, %s) in %.1f s\n", out.c_str(),
                spec.config_path.empty() ? spec.preset.c_str() : spec.config_path.c_str(), spec.format.c_str(), s);

@@ -1,5 +1,12 @@
 // qwick run: one generation from a prompt, with llama.cpp-style timing lines.
+//
+// A text prompt (-p, -f) is a user message put through the model's chat template (thinking on
+// unless --no-think), or with --raw the whole prompt as written (special tokens in it honoured).
+// The generated text is printed as it streams, exactly as the model writes it (reasoning, the
+// </think> tag and tool-call markup included: `qwick chat` is the parsed view). A prompt of token
+// ids (--prompt-ids) prints the generated ids instead.
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -7,28 +14,34 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/model_text.h"
+#include "cli/text_io.h"
+#include "cli/token_ids.h"
 #include "core/error.h"
 #include "runtime/generate.h"
+#include "text/stream_decoder.h"
 
 namespace qwick {
 namespace {
 
-// "1,2,3" or "1 2 3" -> ids.
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::string item;
-  std::istringstream in(text);
-  while (in >> item) {
-    std::istringstream parts(item);
-    std::string part;
-    while (std::getline(parts, part, ','))
-      if (!part.empty()) {
-        const int64_t v = parse_int(part, "--prompt-ids");
-        if (v < 0 || v > INT32_MAX) fail("--prompt-ids: {} is not a token id", v);
-        ids.push_back(static_cast<int32_t>(v));
-      }
-  }
-  return ids;
+std::string read_prompt_file(const std::string& path) {
+  if (path == "-") return read_stdin();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("-f: cannot read {}", path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The prompt text the model sees for a user's text.
+std::string prompt_from_text(const std::string& text, const std::string& system, bool raw, bool think,
+                             ChatTemplateKind kind) {
+  if (raw) return text;
+  ChatTemplateInput in;
+  if (!system.empty()) in.messages.push_back({{"role", "system"}, {"content", system}});
+  in.messages.push_back({{"role", "user"}, {"content", text}});
+  in.kwargs["enable_thinking"] = think;
+  return render_chat_template(in, kind);
 }
 
 void print_timing(const char* label, double ms, int64_t n, const char* unit) {
@@ -46,11 +59,19 @@ int cmd_run(int argc, char** argv) {
   double temp = 0.0, top_p = 1.0, min_p = 0.0;
   int top_k = 0;
   bool ignore_eos = false;
-  ArgParser p("qwick run [options] --prompt-ids IDS",
-              "Prefills the prompt, generates up to -n tokens, prints the generated ids on stdout and the\n"
-              "prompt and generation speed on stderr.");
+  std::string prompt_text, prompt_file, system_prompt;
+  bool raw = false, think = true;
+  ArgParser p("qwick run [options] (-p TEXT | -f FILE | --prompt-ids IDS)",
+              "Prefills the prompt, generates up to -n tokens and prints them on stdout as they come (text\n"
+              "for a text prompt, ids for --prompt-ids), then the prompt and generation speed on stderr.\n"
+              "A text prompt is one user message in the model's chat template unless --raw.");
   engine.add_to(p);
+  p.option({"-p", "--prompt"}, "TEXT", "prompt text", &prompt_text);
+  p.option({"-f", "--file"}, "FILE", "read the prompt text from FILE (- = stdin)", &prompt_file);
   p.option({"--prompt-ids"}, "IDS", "prompt as token ids, comma or space separated", &prompt_ids);
+  p.flag({"--raw"}, "use the text as the whole prompt, without the chat template", &raw);
+  p.option({"-sys", "--system"}, "TEXT", "system message (chat template only)", &system_prompt);
+  p.flag({"--think"}, "reason before answering (template's enable_thinking; --no-think = off)", &think);
   p.option({"-n", "--n-predict"}, "N", "tokens to generate (-1 = until a stop token)", &n_predict,
            "LLAMA_ARG_N_PREDICT");
   p.option({"--temp"}, "T", "temperature (0 = greedy)", &temp);
@@ -61,10 +82,21 @@ int cmd_run(int argc, char** argv) {
   p.option({"--chunk"}, "N", "prefill chunk size", &chunk);
   p.flag({"--ignore-eos"}, "keep generating past stop tokens", &ignore_eos);
   if (!p.parse(argc, argv)) return 0;
-  const std::vector<int32_t> prompt = parse_ids(prompt_ids);
-  if (prompt.empty()) fail("no prompt: pass --prompt-ids (token ids)");
+  const bool text_mode = !prompt_text.empty() || !prompt_file.empty();
+  if (text_mode && !prompt_ids.empty()) fail("give the prompt as text (-p, -f) or as --prompt-ids, not both");
+  if (!prompt_text.empty() && !prompt_file.empty()) fail("give the prompt with -p or with -f, not both");
+  std::vector<int32_t> prompt = parse_token_ids(prompt_ids, "--prompt-ids");
+  if (!text_mode && prompt.empty()) fail("no prompt: pass -p TEXT, -f FILE or --prompt-ids IDS");
 
   Engine e = open_engine(engine);
+  std::unique_ptr<ModelText> text;
+  if (text_mode) {
+    text = std::make_unique<ModelText>(load_model_text(e.model->dir.string()));
+    const std::string user = prompt_file.empty() ? prompt_text : read_prompt_file(prompt_file);
+    prompt =
+        text->tokenizer.encode(prompt_from_text(user, system_prompt, raw, think, text->template_kind), true);
+    if (prompt.empty()) fail("the prompt is empty");
+  }
   SamplingParams sp;
   sp.temperature = static_cast<float>(temp);
   sp.top_k = top_k;
@@ -79,12 +111,18 @@ int cmd_run(int argc, char** argv) {
   req.ignore_eos = ignore_eos;
   req.prefill_chunk = chunk;
   bool first = true;
+  std::unique_ptr<StreamDecoder> decoder;
+  if (text) decoder = std::make_unique<StreamDecoder>(text->tokenizer);
   const GenerationResult r = generate(*e.backend, sampler, e.model->config.vocab_size, req, [&](int32_t token) {
-    std::printf(first ? "%d" : " %d", token);
+    if (decoder)
+      write_stdout(decoder->push(token));
+    else
+      std::printf(first ? "%d" : " %d", token);
     std::fflush(stdout);
     first = false;
     return true;
   });
+  if (decoder) write_stdout(decoder->flush());
   std::printf("\n");
   std::fflush(stdout);
   print_timing("prompt eval time", r.prompt_ms, r.prompt_tokens, "tokens");

@@ -9,5 +9,9 @@ int cmd_info(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_make_model(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_chat(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+int cmd_detokenize(int argc, char** argv);
+int cmd_template(int argc, char** argv);
 
 }  // namespace qwick

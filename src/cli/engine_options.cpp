@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/synthetic_model.h"
+#include "text/synthetic_tokenizer.h"
 
 namespace qwick {
 
@@ -52,17 +53,23 @@ std::string builtin_model_dir() {
   return (base / "builtin-small").string();
 }
 
-Engine open_engine(const EngineOptions& options) {
-  std::string dir = options.model;
-  if (dir.empty()) {
-    dir = builtin_model_dir();
-    if (!std::filesystem::exists(std::filesystem::path(dir) / "config.json")) {
-      std::fprintf(stderr, "making the built-in small model in %s\n", dir.c_str());
-      SyntheticModelSpec spec;
-      spec.preset = "small";
-      write_synthetic_model(spec, dir);
-    }
+std::string model_dir_or_builtin(const std::string& model) {
+  if (!model.empty()) return model;
+  const std::filesystem::path dir = builtin_model_dir();
+  if (!std::filesystem::exists(dir / "config.json")) {
+    std::fprintf(stderr, "making the built-in small model in %s\n", dir.c_str());
+    SyntheticModelSpec spec;
+    spec.preset = "small";
+    write_synthetic_model(spec, dir.string());
   }
+  // (Also for a built-in model made before the text files were part of it.)
+  if (!std::filesystem::exists(dir / "tokenizer.json"))
+    write_synthetic_text_files(dir.string(), special_token_base(load_model_config(dir).vocab_size));
+  return dir.string();
+}
+
+Engine open_engine(const EngineOptions& options) {
+  const std::string dir = model_dir_or_builtin(options.model);
   Engine e;
   e.model = load_model(dir);
   const std::string device = options.device.empty() ? default_device() : options.device;

@@ -31,6 +31,9 @@ struct Engine {
 // Loads the model (making the built-in one first if no model was given) and starts the backend.
 Engine open_engine(const EngineOptions& options);
 
+// `model` itself, or when empty the built-in small model's directory (made first if needed).
+std::string model_dir_or_builtin(const std::string& model);
+
 // Where the built-in small model lives: $QWICK_HOME, else $XDG_CACHE_HOME/qwick, else ~/.cache/qwick,
 // plus /builtin-small. Created by make-model on first use.
 std::string builtin_model_dir();

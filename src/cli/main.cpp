@@ -16,16 +16,23 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
-    {"run", "generate from a prompt (token ids) and print timings", qwick::cmd_run},
+    {"run", "generate from a prompt (text or token ids) and print timings", qwick::cmd_run},
+    {"chat", "talk with the model: a conversation on stdin/stdout", qwick::cmd_chat},
     {"eval", "teacher-forced pass over a token file: perplexity, logits vs a reference", qwick::cmd_eval},
     {"info", "summarise a model directory: config, layers, tensors, quantization", qwick::cmd_info},
     {"make-model", "write a random-weight checkpoint (tiny, small or the full 35B-A3B shapes)", qwick::cmd_make_model},
     {"bench", "prefill and decode throughput over lengths, GB/s and TFLOP/s, pp/tg table", qwick::cmd_bench},
+    {"tokenize", "text on stdin -> token ids (JSON) with the model's tokenizer", qwick::cmd_tokenize},
+    {"detokenize", "token ids on stdin -> text", qwick::cmd_detokenize},
+    {"template", "conversation (JSON) on stdin -> the exact prompt text of the chat template",
+     qwick::cmd_template},
 };
 
 void print_usage(FILE* out) {
-  std::fprintf(out, "qwick %s - inference engine for Qwen3.6-35B-A3B\n\nusage: qwick <command> [options]\n\ncommands:\n",
-               QWICK_VERSION);
+  std::fprintf(
+      out,
+      "qwick %s - inference engine for Qwen3.6-35B-A3B\n\nusage: qwick <command> [options]\n\ncommands:\n",
+      QWICK_VERSION);
   for (const auto& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.summary);
   std::fprintf(out, "\n'qwick <command> --help' lists a command's options.\n");
 }

@@ -1,0 +1,107 @@
+// Streaming parser of Qwen3.6 output: generated text in, reasoning / content / tool-call deltas out.
+//
+// The model writes   [reasoning]</think>\n\n[content][<tool_call>\n<function=NAME>\n
+//                    <parameter=K>\nVALUE\n</parameter>\n...</function>\n</tool_call>]...
+// With thinking on, the prompt already opened <think>, so the output starts inside the reasoning
+// (starts_in_reasoning); with it off the output starts in the content, where a leading <think>
+// still opens reasoning. <tool_call> also ends the reasoning (the model sometimes skips </think>).
+//
+//   reasoning --</think>--> content --<tool_call>--> call open --<function=NAME>--> call body
+//   call body --<parameter=K>--> value --</parameter>--> call body --</function>--> call close
+//   call close --</tool_call>--> content (more calls or text may follow)
+//
+// Deltas are emitted as soon as they are certain: only a suffix that could be the start of a tag,
+// and trailing whitespace (dropped at the ends of reasoning and content), are held back. Parameter
+// values are converted by the tools' JSON schema (tool_arguments.h) and emitted one parameter at a
+// time as fragments of the arguments JSON, so a server can stream OpenAI tool-call chunks: a start
+// {index, name}, then argument fragments whose concatenation is the arguments object.
+//
+// Malformed output never throws and loses no text: a <tool_call> not followed by <function=...>
+// (or by Qwen3-style JSON {"name", "arguments"}) goes to the content as written, junk inside a
+// call goes to the content, an unterminated value or call is closed at finish(), a missing
+// </parameter> or </tool_call> is tolerated. Results do not depend on how the text is chunked.
+//
+// Tested in tests/text/output_parser_test.cpp: the same outputs fed whole, byte by byte and token
+// by token (real Qwen tokenization) give identical deltas and messages; malformed cases.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qwick {
+
+struct ToolCall {
+  std::string name;
+  std::string arguments;  // a JSON object, as text (OpenAI's `function.arguments`)
+};
+
+struct ParsedMessage {
+  std::string reasoning_content;
+  std::string content;
+  std::vector<ToolCall> tool_calls;
+};
+
+struct OutputDelta {
+  enum class Kind {
+    kReasoning,          // text: more reasoning_content
+    kContent,            // text: more content
+    kToolCallStart,      // text: the function name of call `tool_index` (arguments start empty)
+    kToolCallArguments,  // text: the next fragment of call `tool_index`'s arguments
+  };
+  Kind kind;
+  std::string text;
+  int tool_index = -1;
+  bool operator==(const OutputDelta&) const = default;
+};
+
+struct OutputParserOptions {
+  bool starts_in_reasoning = true;                                 // the prompt ended with "<think>\n"
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();  // the request's tools (types)
+};
+
+class OutputParser {
+ public:
+  explicit OutputParser(OutputParserOptions options);
+
+  // Consumes more generated text (valid UTF-8) and appends the deltas now certain.
+  void feed(std::string_view text, std::vector<OutputDelta>& deltas);
+  // End of generation: emits what was held back and closes an unfinished tool call.
+  void finish(std::vector<OutputDelta>& deltas);
+
+  // The message so far (complete after finish()).
+  const ParsedMessage& message() const { return message_; }
+
+ private:
+  enum class State { kReasoning, kContent, kCallOpen, kCallJson, kCallBody, kValue, kCallClose };
+
+  bool step(std::vector<OutputDelta>& deltas);  // false: needs more input
+  bool step_text(std::vector<OutputDelta>& deltas);
+  bool step_call_open(std::vector<OutputDelta>& deltas);
+  bool step_call_json(std::vector<OutputDelta>& deltas);
+  bool step_call_body(std::vector<OutputDelta>& deltas);
+  bool step_value(std::vector<OutputDelta>& deltas);
+  bool step_call_close();
+
+  void emit_text(OutputDelta::Kind kind, std::string_view text, std::vector<OutputDelta>& deltas);
+  void start_call(const std::string& name, std::vector<OutputDelta>& deltas);
+  void emit_arguments(std::string fragment, std::vector<OutputDelta>& deltas);
+  void end_value(std::vector<OutputDelta>& deltas);
+  void end_call(std::vector<OutputDelta>& deltas);
+  void call_failed(std::vector<OutputDelta>& deltas);
+  void skip_whitespace();
+
+  OutputParserOptions options_;
+  ParsedMessage message_;
+  State state_;
+  std::string pending_;        // input not consumed yet
+  bool segment_start_ = true;  // leading whitespace of reasoning/content is skipped
+  bool think_allowed_;         // a <think> here would open (or repeat the opening of) reasoning
+  std::string call_raw_;       // the text of a call not yet recognised, in case it is not one
+  std::string param_name_, param_value_;
+  int params_in_call_ = 0;
+};
+
+}  // namespace qwick

@@ -1,0 +1,26 @@
+// Tool-call parameter values from model output, typed by the tool's JSON schema.
+//
+// Qwen writes each parameter as raw text (<parameter=k>\nVALUE\n</parameter>): strings unquoted,
+// everything else as JSON. The value becomes JSON by the declared type: "string" stays the text,
+// "integer"/"number" parse as a JSON number, "boolean" as true/false (any case), "object"/"array"
+// as JSON of that kind, "null" (or the text null where the type allows no string) as null.
+// Types come from "type" (a name or a list), else the members of anyOf/oneOf, else the kinds of an
+// "enum"/"const". A value that does not parse as any declared type, and a parameter the schema
+// does not describe, stay strings: text is never lost.
+//
+// Tested in tests/text/output_parser_test.cpp (a table of types and texts).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string_view>
+
+namespace qwick {
+
+// The schema of `parameter` of `function` in an OpenAI `tools` list; nullptr when not described.
+const nlohmann::ordered_json* find_parameter_schema(const nlohmann::ordered_json& tools,
+                                                    std::string_view function, std::string_view parameter);
+
+nlohmann::ordered_json convert_parameter(std::string_view text, const nlohmann::ordered_json* schema);
+
+}  // namespace qwick
