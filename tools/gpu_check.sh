@@ -28,6 +28,7 @@ if [[ -n "${QWICK_DEPS_SRC:-}" && -d "${QWICK_DEPS_SRC}" ]]; then
   read -r fmt_v json_v <"$QWICK_DEPS_SRC/versions"
   mkdir -p "$deps/lib/cmake/fmt" "$deps/lib/cmake/nlohmann_json"
   cp -r "$QWICK_DEPS_SRC/include" "$deps/"
+  cp -r "$QWICK_DEPS_SRC/lib/." "$deps/lib/"
   for pkg in fmt:fmt:"$fmt_v":FMT_HEADER_ONLY=1 nlohmann_json:nlohmann_json:"$json_v":; do
     IFS=: read -r name target version defs <<<"$pkg"
     cat >"$deps/lib/cmake/$name/$name-config.cmake" <<CFG

@@ -1,0 +1,25 @@
+# qwick_find_c_library(TARGET HEADER LIBRARY PKGCONFIG): an imported target for a C library, found
+# through pkg-config where it is installed (Debian), else by searching for the header and the
+# library under CMAKE_PREFIX_PATH (a machine without pkg-config, given a bundle of both).
+function(qwick_find_c_library target header library pkgconfig)
+  if(TARGET ${target})
+    return()
+  endif()
+  find_package(PkgConfig QUIET)
+  if(PkgConfig_FOUND)
+    pkg_check_modules(${target}_PC QUIET IMPORTED_TARGET ${pkgconfig})
+    if(${target}_PC_FOUND)
+      add_library(${target} INTERFACE IMPORTED GLOBAL)
+      target_link_libraries(${target} INTERFACE PkgConfig::${target}_PC)
+      return()
+    endif()
+  endif()
+  find_path(${target}_INCLUDE ${header})
+  find_library(${target}_LIBRARY ${library})
+  if(NOT ${target}_INCLUDE OR NOT ${target}_LIBRARY)
+    message(FATAL_ERROR "${pkgconfig} not found: install its Debian -dev package (see tools/deps.sh)")
+  endif()
+  add_library(${target} UNKNOWN IMPORTED GLOBAL)
+  set_target_properties(${target} PROPERTIES IMPORTED_LOCATION ${${target}_LIBRARY}
+                                             INTERFACE_INCLUDE_DIRECTORIES ${${target}_INCLUDE})
+endfunction()
