@@ -38,6 +38,7 @@ std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& tok
   opt.max_context = 4096;
   opt.device_graphs = run.graphs;
   opt.threads = 4;
+  opt.cpu_exact = true;  // the CPU side as the f32 reference, not its int8/bf16 fast path
   auto backend = make_backend(run.device, model, opt);
   const int64_t T = static_cast<int64_t>(tokens.size()), V = model.config.vocab_size;
   std::vector<float> logits(static_cast<size_t>(T * V), NAN);
