@@ -8,8 +8,11 @@ packages=(
   libcpp-httplib-dev                        # HTTP server
   libgtest-dev                              # unit tests
   clang libclang-rt-14-dev                  # libFuzzer targets
-  nodejs npm python3-jinja2                 # reference-library tests (tokenizers, Jinja renderers)
+  python3-jinja2                            # reference renderer of the chat template
 )
+# Node.js runs the reference-library tests. Machines that already have node and npm (e.g. from
+# NodeSource, whose nodejs conflicts with Debian's npm) keep theirs.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then packages+=(nodejs npm); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
