@@ -1,5 +1,5 @@
 // AVX-512 VNNI int8-activation matvec over MLX 4-bit rows (see matmul_q8.h for the layout).
-// Two rows at a time share each activation load; per pair of 64-element blocks: one 64-byte weight
+// Four rows at a time share each activation load; per pair of 64-element blocks: one 64-byte weight
 // load, nibble split, two vpdpbusd, one int->float convert and one FMA with the blocks' combined
 // scales (weight scale x activation scale). Checked against matmul_q8_rows_reference.
 #include <immintrin.h>
@@ -14,29 +14,39 @@ inline float bf16_at(const uint8_t* p) {
   return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(bits))));
 }
 
-inline __m512 bf16x16(const uint8_t* p) {
-  return _mm512_castsi512_ps(
-      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+// Up to 16 bf16 values (lanes beyond `m` zero) as f32.
+inline __m512 bf16x16(const uint8_t* p, __mmask16 m) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
+
+inline __mmask16 first(int64_t n) { return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1); }
 
 // sd[b] = weight scale of block b's group * activation scale d[b], for one row's n_blocks blocks.
 void block_scales(const uint8_t* scales, int group_size, const float* d, int64_t n_blocks, float* sd) {
-  int64_t b = 0;
-  if (group_size == 64)
-    for (; b + 16 <= n_blocks; b += 16) _mm512_storeu_ps(sd + b, _mm512_mul_ps(bf16x16(scales + 2 * b), _mm512_loadu_ps(d + b)));
+  if (group_size == 64) {
+    for (int64_t b = 0; b < n_blocks; b += 16) {
+      const __mmask16 m = first(n_blocks - b);
+      _mm512_mask_storeu_ps(sd + b, m, _mm512_mul_ps(bf16x16(scales + 2 * b, m), _mm512_maskz_loadu_ps(m, d + b)));
+    }
+    return;
+  }
   const int64_t per = group_size / 64;
-  for (; b < n_blocks; ++b) sd[b] = bf16_at(scales + 2 * (b / per)) * d[b];
+  for (int64_t b = 0; b < n_blocks; ++b) sd[b] = bf16_at(scales + 2 * (b / per)) * d[b];
 }
 
 // Σ_b bias(group of b) · xsum_b for one row.
 float bias_term(const uint8_t* biases, int group_size, const float* xsum, int64_t n_blocks) {
-  __m512 acc = _mm512_setzero_ps();
-  int64_t b = 0;
-  if (group_size == 64)
-    for (; b + 16 <= n_blocks; b += 16) acc = _mm512_fmadd_ps(bf16x16(biases + 2 * b), _mm512_loadu_ps(xsum + b), acc);
-  float s = _mm512_reduce_add_ps(acc);
+  if (group_size == 64) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; b += 16) {
+      const __mmask16 m = first(n_blocks - b);
+      acc = _mm512_fmadd_ps(bf16x16(biases + 2 * b, m), _mm512_maskz_loadu_ps(m, xsum + b), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+  }
   const int64_t per = group_size / 64;
-  for (; b < n_blocks; ++b) s += bf16_at(biases + 2 * (b / per)) * xsum[b];
+  float s = 0.0f;
+  for (int64_t b = 0; b < n_blocks; ++b) s += bf16_at(biases + 2 * (b / per)) * xsum[b];
   return s;
 }
 
@@ -69,37 +79,43 @@ inline float single_block(const uint8_t* w, const int8_t* xq, float sd) {
 
 void matmul_q8_rows_avx512(const WeightMatrix& w, const Q8Activation& x, float* y, int64_t row_begin,
                            int64_t row_end) {
+  constexpr int kRows = 4;  // rows sharing each activation load; more rows, more loads in flight
   const int64_t n_blocks = w.cols / 64, n_pairs = n_blocks / 2, per = w.group_size / 64;
   constexpr int64_t kChunk = 64;  // blocks per pass, so the scale buffers stay on the stack at any width
-  float sd0[kChunk], sd1[kChunk];
-  for (int64_t r = row_begin; r < row_end; r += 2) {
-    const bool two = r + 1 < row_end;
-    const uint8_t* w0 = w.data + static_cast<size_t>(r) * w.row_stride;
-    const uint8_t* w1 = two ? w0 + w.row_stride : w0;
-    const uint8_t* s0 = w.scales + static_cast<size_t>(r) * w.group_stride;
-    const uint8_t* s1 = two ? s0 + w.group_stride : s0;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    float tail0 = 0.0f, tail1 = 0.0f;
+  float sd[kRows][kChunk];
+  for (int64_t r = row_begin; r < row_end; r += kRows) {
+    const int nr = row_end - r < kRows ? static_cast<int>(row_end - r) : kRows;
+    const uint8_t* wr[kRows];
+    const uint8_t* sr[kRows];
+    for (int i = 0; i < kRows; ++i) {
+      const int64_t row = r + (i < nr ? i : nr - 1);  // missing rows repeat the last (results unused)
+      wr[i] = w.data + static_cast<size_t>(row) * w.row_stride;
+      sr[i] = w.scales + static_cast<size_t>(row) * w.group_stride;
+    }
+    __m512 acc[kRows];
+    float tail[kRows];
+    for (int i = 0; i < kRows; ++i) {
+      acc[i] = _mm512_setzero_ps();
+      tail[i] = 0.0f;
+    }
     for (int64_t c0 = 0; c0 < n_blocks; c0 += kChunk) {  // chunk starts are group-aligned
       const int64_t nb = n_blocks - c0 < kChunk ? n_blocks - c0 : kChunk;
-      block_scales(s0 + 2 * (c0 / per), w.group_size, x.d + c0, nb, sd0);
-      block_scales(s1 + 2 * (c0 / per), w.group_size, x.d + c0, nb, sd1);
+      for (int i = 0; i < kRows; ++i) block_scales(sr[i] + 2 * (c0 / per), w.group_size, x.d + c0, nb, sd[i]);
       const int64_t p_end = (c0 + nb) / 2 < n_pairs ? (c0 + nb) / 2 : n_pairs;
       for (int64_t p = c0 / 2; p < p_end; ++p) {
         const __m512i xe = _mm512_load_si512(x.q + p * 128);
         const __m512i xo = _mm512_load_si512(x.q + p * 128 + 64);
-        acc0 = pair_fma(w0 + p * 64, xe, xo, sd0 + (2 * p - c0), acc0);
-        acc1 = pair_fma(w1 + p * 64, xe, xo, sd1 + (2 * p - c0), acc1);
+        for (int i = 0; i < kRows; ++i) acc[i] = pair_fma(wr[i] + p * 64, xe, xo, sd[i] + (2 * p - c0), acc[i]);
       }
       if (n_blocks % 2 == 1 && c0 + nb == n_blocks) {
         const int64_t b = n_blocks - 1;
-        tail0 = single_block(w0 + b * 32, x.q + b * 64, sd0[b - c0]);
-        tail1 = single_block(w1 + b * 32, x.q + b * 64, sd1[b - c0]);
+        for (int i = 0; i < kRows; ++i) tail[i] = single_block(wr[i] + b * 32, x.q + b * 64, sd[i][b - c0]);
       }
     }
-    const uint8_t* b0 = w.biases + static_cast<size_t>(r) * w.group_stride;
-    y[r] = _mm512_reduce_add_ps(acc0) + tail0 + bias_term(b0, w.group_size, x.sum, n_blocks);
-    if (two) y[r + 1] = _mm512_reduce_add_ps(acc1) + tail1 + bias_term(b0 + w.group_stride, w.group_size, x.sum, n_blocks);
+    for (int i = 0; i < nr; ++i) {
+      const uint8_t* bias = w.biases + static_cast<size_t>(r + i) * w.group_stride;
+      y[r + i] = _mm512_reduce_add_ps(acc[i]) + tail[i] + bias_term(bias, w.group_size, x.sum, n_blocks);
+    }
   }
 }
 
