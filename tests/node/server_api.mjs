@@ -153,6 +153,17 @@ await t.section("seeded sampling", async () => {
   t.ok(text(a) !== text(c), "another seed, another output");
 });
 
+await t.section("penalties", async () => {
+  const body = { ...greedy, max_tokens: 32, messages: user("Repeat after me: la la la la") };
+  const plain = JSON.stringify(await chatText(body));
+  const llama = JSON.stringify(await chatText({ ...body, repeat_penalty: 3 }));
+  const vllm = JSON.stringify(await chatText({ ...body, repetition_penalty: 3 }));
+  t.ok(llama !== plain, "repeat_penalty changes the greedy output");
+  t.eq(vllm, llama, "repetition_penalty is the same as repeat_penalty");
+  t.ok(JSON.stringify(await chatText({ ...body, presence_penalty: 2 })) !== plain, "presence_penalty changes it");
+  t.ok(JSON.stringify(await chatText({ ...body, frequency_penalty: 2 })) !== plain, "frequency_penalty changes it");
+});
+
 await t.section("completions", async () => {
   const r = await client.completions.create({ ...greedy, prompt: "Once upon a time", max_tokens: 8, logprobs: 2 });
   t.eq(r.object, "text_completion", "object");

@@ -22,8 +22,9 @@ export function tinyModel(qwick, scratch, name = "tiny") {
   return dir;
 }
 
-// Starts `binary args...` and resolves once it listens and /health says ok.
-export async function startServer(binary, args, { env = {}, timeoutMs = 30000 } = {}) {
+// Starts `binary args...` and resolves once it listens and (unless waitHealthy is false) /health
+// says ok.
+export async function startServer(binary, args, { env = {}, timeoutMs = 30000, waitHealthy = true } = {}) {
   const proc = spawn(binary, [...args, "--host", "127.0.0.1", "--port", "0"], {
     env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "pipe"],
@@ -41,7 +42,7 @@ export async function startServer(binary, args, { env = {}, timeoutMs = 30000 } 
     else if (Date.now() > deadline) throw new Error(`server did not start: ${stderr}`);
     else await sleep(20);
   }
-  while (true) {
+  while (waitHealthy) {
     const r = await fetch(`${url}/health`).catch(() => null);
     if (r && r.status === 200) break;
     if (proc.exitCode !== null) throw new Error(`server exited: ${stderr}`);

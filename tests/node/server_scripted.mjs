@@ -2,8 +2,9 @@
 // engine (qwick_scripted_server: the reply is the text after "reply>" in the last user message,
 // so the tokens are known). The client's own stream accumulator
 // (chat.completions.stream(...).finalChatCompletion()) must rebuild the content and tool calls the
-// whole response holds (reasoning it does not concatenate: see below). Also: the vLLM reasoning field name, a full queue, a client aborting, and
-// SIGTERM while a stream is open.
+// whole response holds (reasoning it does not concatenate: see below). Also: the vLLM reasoning
+// field name, a full queue, a client aborting, SIGTERM while a stream is open, 503 while the
+// model loads, --reasoning-format none.
 //
 // usage: node server_scripted.mjs --server BIN       (exit 77: openai not installed)
 import { checker, apiError, openaiModule, sleep, startServer } from "./server_common.mjs";
@@ -151,6 +152,29 @@ const request = (s, extra = {}) => ({ model: "scripted", messages: [{ role: "use
     t.ok(got.n > 2 && got.error && /shutting down/.test(got.error.message), "the stream ends with the shutdown error",
          `${got.n} chunks, ${got.error}`);
   });
+}
+
+{
+  // While the model loads: /health and everything that needs the model answer 503.
+  const server = await startServer(args.server, ["--load-delay-ms", "1500", "--reasoning-format", "none"], { waitHealthy: false });
+  await t.section("503 while loading", async () => {
+    const h = await fetch(`${server.url}/health`);
+    t.eq([h.status, await h.json()], [503, { error: { message: "Loading model", type: "unavailable_error", param: null, code: 503 } }],
+         "/health while loading");
+    const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const e = await apiError(client.chat.completions.create(request("x")));
+    t.eq([e?.status, e?.error?.message], [503, "Loading model"], "chat while loading");
+    const m = await fetch(`${server.url}/metrics`);
+    t.eq(m.status, 200, "metrics while loading");
+    let status = 0;
+    for (let i = 0; i < 100 && status !== 200; ++i, await sleep(50)) status = (await fetch(`${server.url}/health`)).status;
+    t.eq(status, 200, "healthy once loaded");
+    // --reasoning-format none: the raw text, think tag included, in the content.
+    const r = await client.chat.completions.create(request("Because.\n</think>\n\nAnswer."));
+    t.eq([r.choices[0].message.content, r.choices[0].message.reasoning_content], ["Because.\n</think>\n\nAnswer.", undefined],
+         "--reasoning-format none");
+  });
+  t.eq(await server.stop(), { code: 0, signal: null }, "clean exit");
 }
 
 process.exit(t.done());

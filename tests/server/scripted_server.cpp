@@ -3,6 +3,7 @@
 // (tests/node/server_scripted.mjs). Same server options as qwick serve, plus the engine's delays.
 // The tokenizer is the synthetic one of `qwick make-model` (vocabulary 512).
 #include <cstdio>
+#include <thread>
 
 #include "cli/args.h"
 #include "cli/serve_options.h"
@@ -27,15 +28,17 @@ int main(int argc, char** argv) {
   using namespace qwick;
   try {
     ServeOptions o;
-    int64_t token_delay_ms = 0, chunk_delay_ms = 0, prefill_chunks = 1, context = 4096;
+    int64_t token_delay_ms = 0, chunk_delay_ms = 0, prefill_chunks = 1, context = 4096, load_delay_ms = 0;
     ArgParser p("qwick_scripted_server [options]", "qwick serve over a scripted engine (tests only).");
     o.add_to(p);
     p.option({"-c", "--ctx-size"}, "N", "context size", &context);
     p.option({"--token-delay-ms"}, "MS", "delay per generated token", &token_delay_ms);
     p.option({"--prefill-chunks"}, "N", "simulated prefill chunks", &prefill_chunks);
     p.option({"--chunk-delay-ms"}, "MS", "delay per prefill chunk", &chunk_delay_ms);
+    p.option({"--load-delay-ms"}, "MS", "time the \"model\" takes to load", &load_delay_ms);
     if (!p.parse(argc, argv)) return 0;
     return run_server(o.server, [&]() -> LoadedModel {
+      std::this_thread::sleep_for(std::chrono::milliseconds(load_delay_ms));
       auto s = std::make_shared<Scripted>(
           Scripted{Tokenizer::from_json_text(synthetic_tokenizer_json(special_token_base(kVocab)),
                                              "synthetic tokenizer"),

@@ -365,6 +365,29 @@ TEST(ServerStream, AClientGoneDuringAPrefillOrMidStreamIsCancelled) {
   EXPECT_NE(m->body.find("qwick:requests_cancelled_total 2\n"), std::string::npos) << m->body;
 }
 
+TEST(ServerStream, AWholeResponseClientGoneIsCancelledToo) {
+  test::ScriptedEngine::Options slow;
+  slow.prefill_chunks = 50;
+  slow.chunk_delay = std::chrono::milliseconds(20);
+  ServerOptions options;
+  options.ping_interval_s = 0.05;
+  TestServer server(slow, options);
+  // Past the first interval the answer is sent chunked, a space per interval; a client that hangs
+  // up after the first space is noticed at the next one and its request cancelled.
+  const auto t0 = std::chrono::steady_clock::now();
+  read_then_disconnect(server.client(), chat_body("never", false).dump(), 1);
+  while (server.engine().finished().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(600));
+  EXPECT_EQ(server.engine().finished()[0].finish_reason, "cancelled");
+  // A patient client gets 200 and the JSON, after leading spaces.
+  auto r = server.client().Post("/v1/chat/completions", chat_body("late\n</think>\n\nanswer", false).dump(),
+                                "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body.front(), ' ');
+  EXPECT_EQ(ojson::parse(r->body)["choices"][0]["message"]["content"], "answer");
+}
+
 TEST(ServerStream, LongPrefillSendsCommentsOnly) {
   test::ScriptedEngine::Options slow;
   slow.prefill_chunks = 4;
