@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -12,6 +13,32 @@ namespace qwick {
 namespace {
 
 using ojson = nlohmann::ordered_json;
+
+// Deeper JSON is refused before it is parsed: copying, rendering and freeing nested values
+// recurse, so a body of a million '[' would overflow the stack.
+constexpr int kMaxNesting = 100;
+
+// The deepest nesting of arrays and objects in JSON text (strings skipped; no validation).
+int nesting_depth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
 
 // Null counts as absent.
 const ojson* field(const ojson& object, const std::string& name) {
@@ -223,6 +250,10 @@ ojson read_tool_call(const ojson& call, const std::string& param) {
   if (args == nullptr) {
     out["function"]["arguments"] = ojson::object();
   } else if (args->is_string()) {
+    if (nesting_depth(args->get<std::string>()) > kMaxNesting)
+      throw invalid_request(
+          fmt::format("{}.function.arguments nests deeper than {} levels", param, kMaxNesting),
+          param + ".function.arguments");
     const ojson parsed = ojson::parse(args->get<std::string>(), nullptr, false);
     if (parsed.is_discarded() || !parsed.is_object())
       throw invalid_request(param + ".function.arguments must be a JSON object (as a string or an object)",
@@ -345,6 +376,9 @@ ChatTemplateInput read_conversation(const ojson& body, const RequestDefaults& d,
 }  // namespace
 
 ojson parse_body(const std::string& body) {
+  if (nesting_depth(body) > kMaxNesting)
+    throw invalid_request(
+        fmt::format("the request body nests arrays and objects deeper than {} levels", kMaxNesting));
   ojson j;
   try {
     j = ojson::parse(body);

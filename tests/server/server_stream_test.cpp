@@ -9,63 +9,17 @@
 #include <regex>
 #include <thread>
 
-#include "model/synthetic_model.h"
-#include "scripted_engine.h"
 #include "server/api_server.h"
+#include "test_server.h"
 #include "text/output_parser.h"
 #include "text/stream_decoder.h"
-#include "text/synthetic_tokenizer.h"
 
 namespace qwick {
 namespace {
 
 using ojson = nlohmann::ordered_json;
-constexpr int64_t kVocab = 512;
-
-const Tokenizer& tokenizer() {
-  static const Tokenizer t =
-      Tokenizer::from_json_text(synthetic_tokenizer_json(special_token_base(kVocab)), "synthetic tokenizer");
-  return t;
-}
-
-class TestServer {
- public:
-  explicit TestServer(test::ScriptedEngine::Options engine_options = {}, ServerOptions options = {}) {
-    options.host = "127.0.0.1";
-    options.port = 0;
-    options.log_requests = false;
-    server_ = std::make_unique<ApiServer>(options);
-    port_ = server_->bind();
-    thread_ = std::thread([this] { server_->listen(); });
-    engine_ = std::make_unique<test::ScriptedEngine>(tokenizer(), kVocab, engine_options);
-    ServedModel m;
-    m.id = "scripted";
-    m.path = "/nowhere";
-    m.tokenizer = &tokenizer();
-    m.engine = engine_.get();
-    m.stop_ids = {*tokenizer().added_token_id("<|im_end|>")};
-    m.defaults.vocab_size = kVocab;
-    m.defaults.sampling.temperature = 0;
-    server_->attach(m);
-  }
-  ~TestServer() {
-    server_->shutdown();
-    thread_.join();
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(20, 0);
-    return c;
-  }
-  ApiServer& server() { return *server_; }
-  test::ScriptedEngine& engine() { return *engine_; }
-
- private:
-  std::unique_ptr<ApiServer> server_;
-  std::unique_ptr<test::ScriptedEngine> engine_;
-  int port_ = 0;
-  std::thread thread_;
-};
+using test::TestServer;
+using test::tokenizer;
 
 // JSON string literal as the server writes it (non-ASCII as is), written out here by hand.
 std::string json_string(std::string_view s) {
