@@ -47,7 +47,7 @@ int cmd_serve(int argc, char** argv) {
   engine_options.add_to(p);
   o.add_to(p);
   if (!p.parse(argc, argv)) return 0;
-  if (o.chunk < 1) fail("--ubatch-size must be at least 1, got {}", o.chunk);
+  o.validate();
 
   return run_server(o.server, [&]() -> LoadedModel {
     Engine engine = open_engine(engine_options);

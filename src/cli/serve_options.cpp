@@ -63,15 +63,30 @@ void ServeOptions::add_to(ArgParser& p) {
   p.flag({"--log-requests"}, "one line per completion on stderr", &s.log_requests, "QWICK_LOG_REQUESTS");
 }
 
-RequestDefaults ServeOptions::request_defaults(const GenerationConfig& g, int64_t vocab_size) const {
+void ServeOptions::validate() const {
+  if (server.port < 0 || server.port > 65535) fail("--port must be 0 .. 65535, got {}", server.port);
   if (server.queue_size < 1) fail("--queue-size must be at least 1, got {}", server.queue_size);
+  if (server.http_threads < 0) fail("--threads-http must not be negative, got {}", server.http_threads);
   if (server.max_body_bytes < 1024)
     fail("--max-body-size must be at least 1024, got {}", server.max_body_bytes);
+  if (server.timeout_s < 1) fail("--timeout must be at least 1 second, got {}", server.timeout_s);
   if (server.ping_interval_s <= 0)
     fail("--sse-ping-interval must be positive, got {}", server.ping_interval_s);
   if (cache_ram_mib < 0) fail("--cache-ram must not be negative, got {}", cache_ram_mib);
+  if (chunk < 1) fail("--ubatch-size must be at least 1, got {}", chunk);
   if (server.reasoning_field != "reasoning_content" && server.reasoning_field != "reasoning")
     fail("--reasoning-field must be reasoning_content or reasoning, got \"{}\"", server.reasoning_field);
+  if (reasoning_format != "deepseek" && reasoning_format != "auto" && reasoning_format != "none")
+    fail("--reasoning-format must be deepseek, auto or none, got \"{}\"", reasoning_format);
+  if (!chat_template_kwargs.empty()) {
+    const auto k = nlohmann::ordered_json::parse(chat_template_kwargs, nullptr, false);
+    if (k.is_discarded() || !k.is_object())
+      fail("--chat-template-kwargs must be a JSON object, got {}", chat_template_kwargs);
+  }
+}
+
+RequestDefaults ServeOptions::request_defaults(const GenerationConfig& g, int64_t vocab_size) const {
+  validate();
   RequestDefaults d;
   SamplingParams& s = d.sampling;
   const bool sample = g.do_sample.value_or(true);
@@ -85,18 +100,9 @@ RequestDefaults ServeOptions::request_defaults(const GenerationConfig& g, int64_
   s.penalty_last_n = repeat_last_n;
   d.seed = seed;
   d.max_tokens = n_predict;
-  if (!chat_template_kwargs.empty()) {
-    const auto k = nlohmann::ordered_json::parse(chat_template_kwargs, nullptr, false);
-    if (k.is_discarded() || !k.is_object())
-      fail("--chat-template-kwargs must be a JSON object, got {}", chat_template_kwargs);
-    d.chat_template_kwargs = k;
-  }
-  if (reasoning_format == "none")
-    d.reasoning_format = ReasoningFormat::kNone;
-  else if (reasoning_format == "deepseek" || reasoning_format == "auto")
-    d.reasoning_format = ReasoningFormat::kParsed;
-  else
-    fail("--reasoning-format must be deepseek, auto or none, got \"{}\"", reasoning_format);
+  if (!chat_template_kwargs.empty())
+    d.chat_template_kwargs = nlohmann::ordered_json::parse(chat_template_kwargs);
+  d.reasoning_format = reasoning_format == "none" ? ReasoningFormat::kNone : ReasoningFormat::kParsed;
   d.cache_prompt = cache_prompt;
   d.vocab_size = vocab_size;
   return d;

@@ -30,7 +30,9 @@ struct ServeOptions {
   int64_t chunk = 512;
 
   void add_to(ArgParser& parser);
-  // Throws Error for a malformed value (--chat-template-kwargs that is not a JSON object, ...).
+  // Throws Error for a malformed value (--chat-template-kwargs that is not a JSON object, ...),
+  // before anything is loaded.
+  void validate() const;
   RequestDefaults request_defaults(const GenerationConfig& generation, int64_t vocab_size) const;
   // A line saying what requests get when they do not say.
   static std::string describe(const RequestDefaults& defaults);

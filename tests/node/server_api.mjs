@@ -321,8 +321,13 @@ await t.section("command line", async () => {
   } finally {
     t.eq(await s2.stop(), { code: 0, signal: null }, "SIGTERM: clean exit");
   }
-  const bad = spawnSync(args.qwick, ["serve", "--chat-template-kwargs", "[1]", "-m", model, "--port", "0"], { encoding: "utf8", timeout: 20000 });
-  t.ok(bad.status === 1 && bad.stderr.includes("--chat-template-kwargs must be a JSON object"), "bad flag value", bad.stderr);
+  // Bad values are refused before anything loads.
+  for (const [flag, value, message] of [["--chat-template-kwargs", "[1]", "must be a JSON object"],
+                                        ["--queue-size", "0", "at least 1"], ["--reasoning-format", "think", "deepseek, auto or none"],
+                                        ["--port", "70000", "0 .. 65535"], ["--cache-ram", "lots", "expected an integer"]]) {
+    const bad = spawnSync(args.qwick, ["serve", flag, value, "-m", "/nonexistent"], { encoding: "utf8", timeout: 20000 });
+    t.ok(bad.status === 1 && bad.stderr.includes(message) && !bad.stderr.includes("listening"), `bad ${flag}`, bad.stderr);
+  }
 });
 
 t.eq(await server.stop(), { code: 0, signal: null }, "SIGTERM: clean exit");

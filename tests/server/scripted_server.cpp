@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
     p.option({"--chunk-delay-ms"}, "MS", "delay per prefill chunk", &chunk_delay_ms);
     p.option({"--load-delay-ms"}, "MS", "time the \"model\" takes to load", &load_delay_ms);
     if (!p.parse(argc, argv)) return 0;
+    o.validate();
     return run_server(o.server, [&]() -> LoadedModel {
       std::this_thread::sleep_for(std::chrono::milliseconds(load_delay_ms));
       auto s = std::make_shared<Scripted>(
