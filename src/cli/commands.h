@@ -13,5 +13,6 @@ int cmd_chat(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
 int cmd_template(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 
 }  // namespace qwick

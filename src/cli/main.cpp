@@ -16,6 +16,7 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
+    {"serve", "OpenAI-compatible HTTP server (chat completions, streaming, tools, prompt reuse)", qwick::cmd_serve},
     {"run", "generate from a prompt (text or token ids) and print timings", qwick::cmd_run},
     {"chat", "talk with the model: a conversation on stdin/stdout", qwick::cmd_chat},
     {"eval", "teacher-forced pass over a token file: perplexity, logits vs a reference", qwick::cmd_eval},

@@ -20,6 +20,7 @@ using Tags = std::span<const std::string_view>;
 constexpr std::array<std::string_view, 1> kThinkTags{kThinkOpen};
 constexpr std::array<std::string_view, 2> kReasoningTags{kThinkClose, kCallOpenTag};
 constexpr std::array<std::string_view, 1> kContentTags{kCallOpenTag};
+constexpr std::array<std::string_view, 1> kReasoningEndTags{kThinkClose};  // without tool calls
 constexpr std::array<std::string_view, 1> kFunctionTags{kFunctionOpen};
 constexpr std::array<std::string_view, 3> kBodyTags{kParamOpen, kFunctionClose, kCallCloseTag};
 constexpr std::array<std::string_view, 4> kValueTags{kParamClose, kParamOpen, kFunctionClose, kCallCloseTag};
@@ -74,8 +75,8 @@ std::string dump(const ojson& v) {
 
 OutputParser::OutputParser(OutputParserOptions options)
     : options_(std::move(options)),
-      state_(options_.starts_in_reasoning ? State::kReasoning : State::kContent),
-      think_allowed_(true) {}
+      state_(options_.starts_in_reasoning && options_.reasoning ? State::kReasoning : State::kContent),
+      think_allowed_(options_.reasoning) {}
 
 void OutputParser::feed(std::string_view text, std::vector<OutputDelta>& deltas) {
   pending_.append(text);
@@ -134,7 +135,8 @@ bool OutputParser::step_text(std::vector<OutputDelta>& deltas) {
     if (could_become(pending_, kThinkTags)) return false;
     think_allowed_ = false;
   }
-  const Tags tags = reasoning ? Tags(kReasoningTags) : Tags(kContentTags);
+  const Tags tags = reasoning ? (options_.tool_calls ? Tags(kReasoningTags) : Tags(kReasoningEndTags))
+                              : (options_.tool_calls ? Tags(kContentTags) : Tags());
   const auto [pos, tag] = find_tag(pending_, tags);
   if (pos != std::string_view::npos) {
     emit_text(kind, std::string_view(pending_).substr(0, trailing_space_start(pending_.substr(0, pos))),

@@ -60,6 +60,10 @@ struct OutputDelta {
 struct OutputParserOptions {
   bool starts_in_reasoning = true;                                 // the prompt ended with "<think>\n"
   nlohmann::ordered_json tools = nlohmann::ordered_json::array();  // the request's tools (types)
+  // Off, <think> and </think> are plain content (a server's "reasoning_format: none").
+  bool reasoning = true;
+  // Off, <tool_call> is plain text (a request without tools, or with tool_choice "none").
+  bool tool_calls = true;
 };
 
 class OutputParser {

@@ -288,6 +288,45 @@ TEST(OutputParser, EmitsAsSoonAsCertain) {
   EXPECT_EQ(d[0].text, "get_weather");
 }
 
+// Options of a server request: no tools (or tool_choice "none") keeps tool-call markup as text;
+// reasoning_format "none" keeps the think tags as text.
+TEST(OutputParser, ToolCallsAndReasoningCanBeTurnedOff) {
+  const std::string output =
+      "Think.\n</think>\n\nSee <tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</function>\n"
+      "</tool_call>";
+  auto parse = [&](OutputParserOptions options, size_t step) {
+    OutputParser parser(std::move(options));
+    std::vector<OutputDelta> deltas;
+    for (size_t pos = 0; pos < output.size(); pos += step) parser.feed(output.substr(pos, step), deltas);
+    parser.finish(deltas);
+    return parser.message();
+  };
+  for (size_t step : {size_t{1}, size_t{3}, output.size()}) {
+    ParsedMessage m = parse({true, kTools, true, false}, step);
+    EXPECT_EQ(m.reasoning_content, "Think.");
+    EXPECT_EQ(m.content, output.substr(output.find("See")));
+    EXPECT_TRUE(m.tool_calls.empty());
+    m = parse({true, kTools, false, true}, step);
+    EXPECT_EQ(m.reasoning_content, "");
+    EXPECT_EQ(m.content, "Think.\n</think>\n\nSee");
+    ASSERT_EQ(m.tool_calls.size(), 1u);
+    EXPECT_EQ(m.tool_calls[0].arguments, R"({"a":"1"})");
+    m = parse({false, kTools, false, false}, step);
+    EXPECT_EQ(m.content, output);
+  }
+  auto whole = [](OutputParserOptions options, const std::string& text) {
+    OutputParser parser(std::move(options));
+    std::vector<OutputDelta> deltas;
+    parser.feed(text, deltas);
+    parser.finish(deltas);
+    return parser.message();
+  };
+  // Without tools a <tool_call> inside the reasoning is reasoning text too.
+  EXPECT_EQ(whole({true, kTools, true, false}, "a <tool_call> b").reasoning_content, "a <tool_call> b");
+  // A leading <think> is text as well when reasoning is off.
+  EXPECT_EQ(whole({false, kTools, false, true}, "<think>x</think>y").content, "<think>x</think>y");
+}
+
 TEST(ToolArguments, ConvertsByDeclaredType) {
   auto conv = [](const char* text, const char* schema) {
     const ojson s = ojson::parse(schema);

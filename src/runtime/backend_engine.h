@@ -1,0 +1,65 @@
+// The CompletionEngine over a Backend: prompt reuse, chunked prefill, sampling, log-probabilities.
+//
+// Before prefilling, a job starts from the longest saved state its prompt extends: the backend's
+// live sequence (what the previous job left) or a snapshot in the prompt cache, keeping at least
+// one prompt token to prefill (its logits choose the first generated token). Otherwise the
+// sequence starts empty. Restored or not, a job computes the same function of its prompt; with
+// exact numerics (--exact on the CPU: f32 in every product, whatever the row count) bit for bit,
+// so greedy output with reuse equals output without it. The fast CPU products pick int8 or bf16
+// activations by a product's row count, so there a reused state differs from a recomputed one by
+// rounding, as a recomputation with other chunk sizes would.
+//
+// While prefilling it saves snapshots at the job's snapshot_at points and at the end of the
+// prompt; after generating, at the end of the turn (the last sampled token is not in the
+// sequence: it is a stop token, or it was never decoded). A snapshot is skipped when the cache
+// already holds those tokens.
+//
+// Tested in tests/unit/backend_engine_test.cpp on a tiny model: identical tokens with and without
+// reuse, cached token counts, cancellation, log-probabilities against a softmax of the logits.
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "runtime/completion.h"
+#include "runtime/prompt_cache.h"
+
+namespace qwick {
+
+struct BackendEngineOptions {
+  int64_t prefill_chunk = 512;
+  size_t cache_bytes = size_t{4} << 30;  // prompt-cache budget; 0 = keep no snapshots
+};
+
+class BackendEngine : public CompletionEngine {
+ public:
+  BackendEngine(Backend& backend, int64_t vocab_size, BackendEngineOptions options);
+
+  int64_t context_size() const override { return backend_.max_context(); }
+  int64_t vocab_size() const override { return vocab_; }
+  CompletionStats run(const CompletionJob& job, CompletionObserver& observer) override;
+  PromptCacheStats cache_stats() const override;
+
+ private:
+  // Puts the backend at the longest reusable prefix of `prompt`; returns its length.
+  int64_t resume(const CompletionJob& job);
+  void save(std::span<const int32_t> tokens);
+  void append(std::span<const int32_t> tokens);
+
+  Backend& backend_;
+  int64_t vocab_;
+  BackendEngineOptions options_;
+  PromptCache cache_;
+  std::vector<int32_t> live_;  // the tokens in the backend's sequence
+  std::vector<float> logits_, logits_copy_;
+  std::vector<std::pair<float, int32_t>> ranked_;
+};
+
+// log-softmax of `logits` at `chosen`, and the `top_n` most likely tokens (best first, ties to
+// the lower id). NaN counts as -inf.
+void token_logprobs(std::span<const float> logits, int32_t chosen, int top_n, GeneratedToken& out,
+                    std::vector<std::pair<float, int32_t>>& scratch);
+
+}  // namespace qwick

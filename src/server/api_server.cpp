@@ -1,0 +1,280 @@
+#include "server/api_server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <thread>
+
+#include "core/error.h"
+#include "runtime/request_queue.h"
+#include "server/api_error.h"
+#include "server/completion_endpoint.h"
+#include "server/metrics.h"
+#include "text/utf8.h"
+
+namespace qwick {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status();
+  res.set_content(wire_json(e.body()), "application/json");
+}
+
+void send_json(httplib::Response& res, const ojson& body) {
+  res.status = 200;
+  res.set_content(wire_json(body), "application/json");
+}
+
+// Endpoints that answer without an API key (as llama-server's).
+bool is_public(const std::string& path) {
+  return path == "/health" || path == "/v1/health" || path == "/models" || path == "/v1/models";
+}
+
+}  // namespace
+
+struct ApiServer::Impl {
+  explicit Impl(ServerOptions o) : options(std::move(o)) {}
+
+  ServerOptions options;
+  httplib::Server http;
+  ServerMetrics metrics;
+  std::optional<ServedModel> model;
+  std::unique_ptr<RequestQueue> queue;
+  std::unique_ptr<CompletionEndpoint> completions;
+  std::atomic<bool> ready{false}, stopping{false};
+  std::atomic<int> open_responses{0};
+
+  void setup();
+  using Handler = void (Impl::*)(const httplib::Request&, httplib::Response&);
+  httplib::Server::Handler route(Handler handler, bool needs_model);
+
+  void health(const httplib::Request&, httplib::Response& res);
+  void metrics_text(const httplib::Request&, httplib::Response& res);
+  void models(const httplib::Request&, httplib::Response& res);
+  void props(const httplib::Request&, httplib::Response& res);
+  void chat(const httplib::Request& req, httplib::Response& res) { completions->handle(req, res, true); }
+  void complete(const httplib::Request& req, httplib::Response& res) { completions->handle(req, res, false); }
+  void tokenize(const httplib::Request& req, httplib::Response& res);
+  void detokenize(const httplib::Request& req, httplib::Response& res);
+  void apply_template(const httplib::Request& req, httplib::Response& res);
+};
+
+httplib::Server::Handler ApiServer::Impl::route(Handler handler, bool needs_model) {
+  return [this, handler, needs_model](const httplib::Request& req, httplib::Response& res) {
+    try {
+      if (stopping.load()) throw ApiError(503, "the server is shutting down");
+      if (needs_model && !ready.load()) throw ApiError(503, "Loading model");
+      (this->*handler)(req, res);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const ChatTemplateError& e) {
+      send_error(res, invalid_request(std::string("the chat template rejects the conversation: ") + e.what(),
+                                      "messages"));
+    } catch (const Error& e) {
+      send_error(res, invalid_request(e.what()));
+    } catch (const std::bad_alloc&) {
+      send_error(res, ApiError(500, "out of memory"));
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(500, e.what()));
+    }
+  };
+}
+
+void ApiServer::Impl::setup() {
+  const int threads = options.http_threads > 0
+                          ? options.http_threads
+                          : static_cast<int>(std::min<int64_t>(options.queue_size, 4096)) + 16;
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http.set_keep_alive_max_count(100);
+  http.set_keep_alive_timeout(options.keep_alive_s);
+  http.set_read_timeout(options.timeout_s, 0);
+  http.set_write_timeout(options.timeout_s, 0);
+  http.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
+
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (options.api_key.empty() || is_public(req.path)) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string bearer = "Bearer ";
+    if (auth.starts_with(bearer) && auth.substr(bearer.size()) == options.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, ApiError(401, auth.empty() ? "missing API key (send Authorization: Bearer <key>)"
+                                               : "invalid API key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Errors httplib answers itself (no route, body too large, unreadable request) get a JSON body.
+  http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                     httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    std::string message;
+    if (res.status == 404)
+      message = "no endpoint " + req.method + " " + req.path;
+    else if (res.status == 413)
+      message = fmt::format("the request body is larger than the limit of {} bytes", options.max_body_bytes);
+    else
+      message = fmt::format("the request could not be processed (HTTP {})", res.status);
+    send_error(res, ApiError(res.status, message));
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    send_error(res, ApiError(500, "internal error"));
+  });
+
+  for (const char* p : {"/health", "/v1/health"}) http.Get(p, route(&Impl::health, false));
+  http.Get("/metrics", route(&Impl::metrics_text, false));
+  for (const char* p : {"/v1/models", "/models"}) http.Get(p, route(&Impl::models, true));
+  http.Get("/props", route(&Impl::props, true));
+  for (const char* p : {"/v1/chat/completions", "/chat/completions"}) http.Post(p, route(&Impl::chat, true));
+  for (const char* p : {"/v1/completions", "/completions"}) http.Post(p, route(&Impl::complete, true));
+  http.Post("/tokenize", route(&Impl::tokenize, true));
+  http.Post("/detokenize", route(&Impl::detokenize, true));
+  http.Post("/apply-template", route(&Impl::apply_template, true));
+}
+
+void ApiServer::Impl::health(const httplib::Request&, httplib::Response& res) {
+  if (!ready.load()) throw ApiError(503, "Loading model");
+  send_json(res, {{"status", "ok"}});
+}
+
+void ApiServer::Impl::metrics_text(const httplib::Request&, httplib::Response& res) {
+  MetricsGauges g;
+  if (ready.load()) {
+    g.processing = queue->busy() ? 1 : 0;
+    g.waiting = static_cast<int64_t>(queue->waiting());
+    g.cache = model->engine->cache_stats();
+  }
+  res.set_content(metrics.render(g), "text/plain; version=0.0.4");
+}
+
+void ApiServer::Impl::models(const httplib::Request&, httplib::Response& res) {
+  send_json(res, {{"object", "list"},
+                  {"data", ojson::array({{{"id", model->id},
+                                          {"object", "model"},
+                                          {"created", 0},
+                                          {"owned_by", "qwick"},
+                                          {"meta", model->meta}}})}});
+}
+
+void ApiServer::Impl::props(const httplib::Request&, httplib::Response& res) {
+  const RequestDefaults& d = model->defaults;
+  const SamplingParams& s = d.sampling;
+  ojson params = {{"temperature", s.temperature},
+                  {"top_k", s.top_k},
+                  {"top_p", s.top_p},
+                  {"min_p", s.min_p},
+                  {"repeat_penalty", s.repetition_penalty},
+                  {"repeat_last_n", s.penalty_last_n},
+                  {"presence_penalty", s.presence_penalty},
+                  {"frequency_penalty", s.frequency_penalty},
+                  {"seed", d.seed},
+                  {"n_predict", d.max_tokens},
+                  {"reasoning_format", d.reasoning_format == ReasoningFormat::kNone ? "none" : "deepseek"},
+                  {"chat_template_kwargs", d.chat_template_kwargs},
+                  {"cache_prompt", d.cache_prompt}};
+  send_json(res,
+            {{"default_generation_settings", {{"n_ctx", model->engine->context_size()}, {"params", params}}},
+             {"total_slots", 1},
+             {"model_alias", model->id},
+             {"model_path", model->path},
+             {"chat_template", model->chat_template},
+             {"modalities", {{"vision", false}, {"audio", false}}},
+             {"build_info", std::string("qwick ") + QWICK_VERSION}});
+}
+
+void ApiServer::Impl::tokenize(const httplib::Request& req, httplib::Response& res) {
+  const ojson body = parse_body(req.body);
+  const auto it = body.find("content");
+  if (it == body.end() || !it->is_string()) throw invalid_request("content must be a string", "content");
+  auto flag = [&](const char* name, bool fallback) {
+    const auto f = body.find(name);
+    if (f == body.end() || f->is_null()) return fallback;
+    if (!f->is_boolean()) throw invalid_request(std::string(name) + " must be a boolean", name);
+    return f->get<bool>();
+  };
+  flag("add_special", false);  // Qwen adds no BOS/EOS: accepted, changes nothing
+  const std::vector<int32_t> ids =
+      model->tokenizer->encode(it->get<std::string>(), flag("parse_special", true));
+  if (!flag("with_pieces", false)) {
+    send_json(res, {{"tokens", ids}});
+    return;
+  }
+  ojson tokens = ojson::array();
+  for (int32_t id : ids) {
+    const std::string_view piece = model->tokenizer->token_bytes(id);
+    ojson p =
+        is_valid_utf8(piece) ? ojson(piece) : ojson(std::vector<unsigned char>(piece.begin(), piece.end()));
+    tokens.push_back({{"id", id}, {"piece", std::move(p)}});
+  }
+  send_json(res, {{"tokens", std::move(tokens)}});
+}
+
+void ApiServer::Impl::detokenize(const httplib::Request& req, httplib::Response& res) {
+  const ojson body = parse_body(req.body);
+  const auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array())
+    throw invalid_request("tokens must be an array of token ids", "tokens");
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const ojson& t = (*it)[i];
+    const int64_t id = t.is_number_integer() ? t.get<int64_t>() : -1;
+    if (id < 0 || id > INT32_MAX || !model->tokenizer->has_token(static_cast<int32_t>(id)))
+      throw invalid_request(fmt::format("tokens[{}]: {} is not a token id of this model", i, t.dump()),
+                            "tokens");
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  send_json(res, {{"content", utf8_lossy(model->tokenizer->decode(ids))}});
+}
+
+void ApiServer::Impl::apply_template(const httplib::Request& req, httplib::Response& res) {
+  const ChatTemplateInput in = parse_template_request(parse_body(req.body), model->defaults);
+  send_json(res, {{"prompt", render_chat_template(in, model->template_kind)}});
+}
+
+ApiServer::ApiServer(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  impl_->setup();
+}
+
+ApiServer::~ApiServer() {
+  shutdown();
+}
+
+int ApiServer::bind() {
+  const ServerOptions& o = impl_->options;
+  if (o.port == 0) {
+    const int port = impl_->http.bind_to_any_port(o.host);
+    if (port <= 0) fail("cannot listen on {} (any port)", o.host);
+    return port;
+  }
+  if (!impl_->http.bind_to_port(o.host, o.port))
+    fail("cannot listen on {}:{} (in use, or not an address here?)", o.host, o.port);
+  return o.port;
+}
+
+void ApiServer::listen() {
+  impl_->http.listen_after_bind();
+}
+
+void ApiServer::attach(ServedModel model) {
+  Impl& i = *impl_;
+  i.model.emplace(std::move(model));
+  i.queue = std::make_unique<RequestQueue>(*i.model->engine, static_cast<size_t>(i.options.queue_size));
+  i.completions =
+      std::make_unique<CompletionEndpoint>(*i.model, *i.queue, i.metrics, i.options, i.open_responses);
+  i.ready.store(true);
+}
+
+void ApiServer::shutdown() {
+  Impl& i = *impl_;
+  if (i.stopping.exchange(true)) return;
+  if (i.queue) i.queue->shutdown();
+  // Let open responses write their last event before the sockets close.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (i.open_responses.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  i.http.stop();
+}
+
+}  // namespace qwick

@@ -1,0 +1,85 @@
+// The OpenAI-compatible HTTP server (cpp-httplib): routes, API key, errors, streaming, shutdown.
+//
+//   POST /v1/chat/completions  POST /v1/completions  GET /v1/models  GET /health  GET /metrics
+//   POST /tokenize  POST /detokenize  POST /apply-template  GET /props
+// (also without the /v1 prefix, as llama-server accepts them).
+//
+// The server starts before the model is loaded (GET /health answers 503 "Loading model" until
+// attach()). Completions go through one RequestQueue (one engine worker, a bounded FIFO: 503 when
+// full). Streams are Server-Sent Events written from the HTTP thread as the worker posts events;
+// while nothing comes (queued, or a long prefill) the stream gets SSE comments, so a client that
+// went away is noticed (a disconnect only shows on a write) and its request cancelled. A whole
+// (non-streamed) response that is not ready within the same interval is sent chunked, padded with
+// leading spaces (valid JSON whitespace) for the same reason.
+//
+// cpp-httplib 0.11.4 (Debian's, a compiled library): each open connection holds a pool thread,
+// so the pool is sized from the queue (queue + 16 by default) and keep-alive is bounded.
+//
+// Tested in tests/server/server_stream_test.cpp (in-process, a scripted engine, exact SSE bytes)
+// and tests/node/server_*.mjs (the qwick serve binary driven by the openai client).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/completion.h"
+#include "server/openai_request.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+namespace qwick {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: any free port (bind() says which)
+  std::string api_key;
+  int http_threads = 0;  // 0: queue_size + 16
+  int64_t queue_size = 32;
+  int64_t max_body_bytes = int64_t{16} << 20;
+  double ping_interval_s = 5;  // keep-alive comments while a response waits
+  int64_t timeout_s = 600;     // socket read / write timeout
+  int64_t keep_alive_s = 5;
+  std::string reasoning_field = "reasoning_content";  // or vLLM's "reasoning"
+  bool log_requests = true;                           // one line per completion on stderr
+};
+
+// What the server needs from a loaded model.
+struct ServedModel {
+  std::string id;    // what /v1/models and responses call it
+  std::string path;  // the model directory
+  const Tokenizer* tokenizer = nullptr;
+  ChatTemplateKind template_kind = ChatTemplateKind::kQwen36;
+  std::string chat_template;  // the template text, for /props
+  CompletionEngine* engine = nullptr;
+  std::vector<int32_t> stop_ids;
+  RequestDefaults defaults;
+  nlohmann::ordered_json meta = nlohmann::ordered_json::object();  // /v1/models "meta"
+};
+
+class ApiServer {
+ public:
+  explicit ApiServer(ServerOptions options);
+  ~ApiServer();
+  ApiServer(const ApiServer&) = delete;
+  ApiServer& operator=(const ApiServer&) = delete;
+
+  // Binds the address; returns the port. Throws Error when it cannot.
+  int bind();
+  // Serves on the calling thread until shutdown().
+  void listen();
+  // The model is loaded: from now on requests are served.
+  void attach(ServedModel model);
+  // Refuses new requests, fails the waiting ones, cancels the running one, lets open streams
+  // write their last event (a few seconds at most), then stops listening.
+  void shutdown();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace qwick

@@ -1,0 +1,472 @@
+#include "server/openai_request.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <random>
+
+#include "core/error.h"
+#include "server/api_error.h"
+
+namespace qwick {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// Deeper JSON is refused before it is parsed: copying, rendering and freeing nested values
+// recurse, so a body of a million '[' would overflow the stack.
+constexpr int kMaxNesting = 100;
+
+// The deepest nesting of arrays and objects in JSON text (strings skipped; no validation).
+int nesting_depth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// Null counts as absent.
+const ojson* field(const ojson& object, const std::string& name) {
+  const auto it = object.find(name);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string type_name(const ojson& v) {
+  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+[[noreturn]] void wrong_type(const std::string& param, const char* expected, const ojson& v) {
+  throw invalid_request(param + " must be " + expected + ", got " + type_name(v), param);
+}
+
+std::optional<double> get_number(const ojson& body, const std::string& name, double lo, double hi) {
+  const ojson* v = field(body, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) wrong_type(name, "a number", *v);
+  const double x = v->get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    throw invalid_request(fmt::format("{} must be between {} and {}, got {}", name, lo, hi, v->dump()), name);
+  return x;
+}
+
+std::optional<int64_t> get_integer(const ojson& body, const std::string& name, int64_t lo, int64_t hi) {
+  const ojson* v = field(body, name);
+  if (v == nullptr) return std::nullopt;
+  int64_t x = 0;
+  if (v->is_number_unsigned()) {  // (non-negative integers parse as unsigned)
+    if (v->get<uint64_t>() > static_cast<uint64_t>(hi))
+      throw invalid_request(fmt::format("{} must be between {} and {}, got {}", name, lo, hi, v->dump()),
+                            name);
+    x = static_cast<int64_t>(v->get<uint64_t>());
+  } else if (v->is_number_integer()) {
+    x = v->get<int64_t>();
+  } else if (v->is_number_float() && std::trunc(v->get<double>()) == v->get<double>() &&
+             std::abs(v->get<double>()) < 9e15) {
+    x = static_cast<int64_t>(v->get<double>());  // 5.0 from a client that has only doubles
+  } else {
+    wrong_type(name, "an integer", *v);
+  }
+  if (x < lo || x > hi)
+    throw invalid_request(fmt::format("{} must be between {} and {}, got {}", name, lo, hi, v->dump()), name);
+  return x;
+}
+
+std::optional<bool> get_bool(const ojson& body, const std::string& name) {
+  const ojson* v = field(body, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) wrong_type(name, "a boolean", *v);
+  return v->get<bool>();
+}
+
+std::optional<std::string> get_string(const ojson& body, const std::string& name) {
+  const ojson* v = field(body, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) wrong_type(name, "a string", *v);
+  return v->get<std::string>();
+}
+
+[[noreturn]] void unsupported(const std::string& param, const std::string& what) {
+  throw invalid_request(what, param);
+}
+
+// Features that need what this server does not have; each is refused by name.
+void refuse_unsupported(const ojson& body) {
+  if (const auto n = get_integer(body, "n", 1, 128); n && *n != 1)
+    unsupported("n", "n must be 1: this server generates one choice per request");
+  if (const ojson* f = field(body, "response_format")) {
+    if (!f->is_object()) wrong_type("response_format", "an object", *f);
+    const auto type = get_string(*f, "type");
+    if (type && *type != "text")
+      unsupported("response_format",
+                  "response_format \"" + *type +
+                      "\" is not supported: it needs grammar-constrained sampling, which this "
+                      "server does not have");
+  }
+  if (field(body, "functions") != nullptr || field(body, "function_call") != nullptr)
+    unsupported(field(body, "functions") ? "functions" : "function_call",
+                "the legacy functions / function_call fields are not supported; use tools and tool_choice");
+  if (field(body, "audio") != nullptr) unsupported("audio", "audio output is not supported");
+  if (const ojson* m = field(body, "modalities")) {
+    if (!m->is_array()) wrong_type("modalities", "an array", *m);
+    for (const auto& x : *m)
+      if (x != "text") unsupported("modalities", "only the text modality is supported, got " + x.dump());
+  }
+  if (field(body, "prediction") != nullptr)
+    unsupported("prediction", "predicted outputs (prediction) are not supported");
+  if (field(body, "web_search_options") != nullptr)
+    unsupported("web_search_options", "web search is not supported");
+}
+
+// --- sampling and limits, shared by both endpoints -----------------------------------------------
+
+void read_sampling(const ojson& body, const RequestDefaults& d, CompletionRequest& r) {
+  SamplingParams& s = r.sampling;
+  s = d.sampling;
+  if (auto x = get_number(body, "temperature", 0, 100)) s.temperature = static_cast<float>(*x);
+  if (auto x = get_number(body, "top_p", 0, 1)) s.top_p = static_cast<float>(*x);
+  if (auto x = get_integer(body, "top_k", -1, std::numeric_limits<int32_t>::max()))
+    s.top_k = *x < 0 ? 0 : static_cast<int>(*x);
+  if (auto x = get_number(body, "min_p", 0, 1)) s.min_p = static_cast<float>(*x);
+  if (auto x = get_number(body, "presence_penalty", -2, 2)) s.presence_penalty = static_cast<float>(*x);
+  if (auto x = get_number(body, "frequency_penalty", -2, 2)) s.frequency_penalty = static_cast<float>(*x);
+  for (const char* name : {"repetition_penalty", "repeat_penalty"})
+    if (auto x = get_number(body, name, 0, 100)) {
+      if (*x <= 0) throw invalid_request(std::string(name) + " must be greater than 0", name);
+      s.repetition_penalty = static_cast<float>(*x);
+    }
+  if (auto x = get_integer(body, "repeat_last_n", -1, std::numeric_limits<int32_t>::max()))
+    s.penalty_last_n = static_cast<int>(*x);
+
+  int64_t seed = d.seed;
+  if (auto x =
+          get_integer(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
+    seed = *x;
+  s.seed = seed < 0 ? std::random_device{}() * 0x9E3779B97F4A7C15ull + std::random_device{}()
+                    : static_cast<uint64_t>(seed);
+
+  s.logit_bias.clear();
+  if (const ojson* b = field(body, "logit_bias")) {
+    if (!b->is_object()) wrong_type("logit_bias", "an object of token id -> bias", *b);
+    for (const auto& [key, value] : b->items()) {
+      const std::string param = "logit_bias." + key;
+      char* end = nullptr;
+      const long long id = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || id < 0 || id >= d.vocab_size)
+        throw invalid_request(
+            fmt::format("logit_bias key \"{}\" is not a token id (0 .. {})", key, d.vocab_size - 1), param);
+      if (!value.is_number()) wrong_type(param, "a number", value);
+      const double bias = value.get<double>();
+      if (!std::isfinite(bias) || bias < -100 || bias > 100)
+        throw invalid_request(param + " must be between -100 and 100", param);
+      s.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+    }
+  }
+
+  // llama-server's order: n_predict, max_completion_tokens, max_tokens.
+  r.max_tokens = d.max_tokens;
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  for (const char* name : {"max_tokens", "max_completion_tokens", "n_predict"})
+    if (auto x = get_integer(body, name, -1, kMax)) {
+      if (*x == 0)
+        throw invalid_request(std::string(name) + " must be at least 1 (or -1 for no limit)", name);
+      r.max_tokens = *x;
+    }
+
+  if (const ojson* stop = field(body, "stop")) {
+    if (stop->is_string()) {
+      r.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (size_t i = 0; i < stop->size(); ++i) {
+        if (!(*stop)[i].is_string()) wrong_type(fmt::format("stop[{}]", i), "a string", (*stop)[i]);
+        r.stop.push_back((*stop)[i].get<std::string>());
+      }
+    } else {
+      wrong_type("stop", "a string or an array of strings", *stop);
+    }
+  }
+
+  r.stream = get_bool(body, "stream").value_or(false);
+  if (const ojson* o = field(body, "stream_options")) {
+    if (!o->is_object()) wrong_type("stream_options", "an object", *o);
+    r.include_usage = get_bool(*o, "include_usage").value_or(false);
+  }
+  r.cache_prompt = get_bool(body, "cache_prompt").value_or(d.cache_prompt);
+}
+
+// --- chat ---------------------------------------------------------------------------------------
+
+void check_content(const ojson& content, const std::string& param) {
+  if (content.is_null() || content.is_string()) return;
+  if (!content.is_array()) wrong_type(param, "a string, null or an array of content parts", content);
+  for (size_t i = 0; i < content.size(); ++i) {
+    const ojson& part = content[i];
+    const std::string p = fmt::format("{}[{}]", param, i);
+    if (!part.is_object()) wrong_type(p, "a content part object", part);
+    const auto type = get_string(part, "type");
+    if (!type) throw invalid_request(p + ".type is missing", p + ".type");
+    if (*type == "image_url" || *type == "image" || *type == "input_image" || *type == "video_url" ||
+        *type == "video")
+      throw invalid_request(p + ": image and video input is not supported (this server runs the text model)",
+                            p + ".type");
+    if (*type != "text")
+      throw invalid_request(p + ": content part type \"" + *type + "\" is not supported", p + ".type");
+    const ojson* text = field(part, "text");
+    if (text == nullptr || !text->is_string())
+      throw invalid_request(p + ".text must be a string", p + ".text");
+  }
+}
+
+ojson read_tool_call(const ojson& call, const std::string& param) {
+  if (!call.is_object()) wrong_type(param, "an object", call);
+  const ojson* function = field(call, "function");
+  if (function == nullptr || !function->is_object())
+    throw invalid_request(param + ".function must be an object", param + ".function");
+  const auto name = get_string(*function, "name");
+  if (!name || name->empty())
+    throw invalid_request(param + ".function.name must be a non-empty string", param + ".function.name");
+  const ojson* args = field(*function, "arguments");
+  ojson out = call;
+  if (args == nullptr) {
+    out["function"]["arguments"] = ojson::object();
+  } else if (args->is_string()) {
+    if (nesting_depth(args->get<std::string>()) > kMaxNesting)
+      throw invalid_request(
+          fmt::format("{}.function.arguments nests deeper than {} levels", param, kMaxNesting),
+          param + ".function.arguments");
+    const ojson parsed = ojson::parse(args->get<std::string>(), nullptr, false);
+    if (parsed.is_discarded() || !parsed.is_object())
+      throw invalid_request(param + ".function.arguments must be a JSON object (as a string or an object)",
+                            param + ".function.arguments");
+  } else if (!args->is_object()) {
+    wrong_type(param + ".function.arguments", "a JSON object (as a string or an object)", *args);
+  }
+  return out;
+}
+
+ojson read_messages(const ojson& body) {
+  const ojson* messages = field(body, "messages");
+  if (messages == nullptr) throw invalid_request("messages is required", "messages");
+  if (!messages->is_array()) wrong_type("messages", "an array", *messages);
+  if (messages->empty()) throw invalid_request("messages must not be empty", "messages");
+  ojson out = ojson::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const ojson& m = (*messages)[i];
+    const std::string p = fmt::format("messages[{}]", i);
+    if (!m.is_object()) wrong_type(p, "an object", m);
+    const auto role = get_string(m, "role");
+    if (!role) throw invalid_request(p + ".role is required", p + ".role");
+    ojson msg = m;
+    if (*role == "developer") {
+      msg["role"] = "system";  // OpenAI's newer name for the system role
+    } else if (*role != "system" && *role != "user" && *role != "assistant" && *role != "tool") {
+      throw invalid_request(
+          p + ".role: unknown role \"" + *role + "\" (expected system, developer, user, assistant or tool)",
+          p + ".role");
+    }
+    if (const auto it = m.find("content"); it != m.end()) check_content(*it, p + ".content");
+    if (*role == "assistant") {
+      // vLLM's name for the reasoning field.
+      if (field(m, "reasoning") != nullptr && field(m, "reasoning_content") == nullptr) {
+        msg["reasoning_content"] = m["reasoning"];
+        msg.erase("reasoning");
+      }
+      if (const ojson* r = field(msg, "reasoning_content"); r != nullptr && !r->is_string())
+        wrong_type(p + ".reasoning_content", "a string", *r);
+      if (const ojson* calls = field(m, "tool_calls")) {
+        if (!calls->is_array()) wrong_type(p + ".tool_calls", "an array", *calls);
+        for (size_t j = 0; j < calls->size(); ++j)
+          msg["tool_calls"][j] = read_tool_call((*calls)[j], fmt::format("{}.tool_calls[{}]", p, j));
+      }
+    } else if (field(m, "tool_calls") != nullptr) {
+      throw invalid_request(p + ".tool_calls: only assistant messages carry tool calls", p + ".tool_calls");
+    }
+    if (const ojson* id = field(m, "tool_call_id"); id != nullptr && !id->is_string())
+      wrong_type(p + ".tool_call_id", "a string", *id);
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+// The tools the model may call (null when none): tools with tool_choice auto; tool_choice none
+// renders the conversation without them.
+ojson read_tools(const ojson& body) {
+  const ojson* tools = field(body, "tools");
+  if (tools != nullptr) {
+    if (!tools->is_array()) wrong_type("tools", "an array", *tools);
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const ojson& t = (*tools)[i];
+      const std::string p = fmt::format("tools[{}]", i);
+      if (!t.is_object()) wrong_type(p, "an object", t);
+      const auto type = get_string(t, "type");
+      if (type && *type != "function")
+        throw invalid_request(p + ".type: only function tools are supported, got \"" + *type + "\"",
+                              p + ".type");
+      const ojson* f = field(t, "function");
+      if (f == nullptr || !f->is_object())
+        throw invalid_request(p + ".function must be an object", p + ".function");
+      const auto name = get_string(*f, "name");
+      if (!name || name->empty())
+        throw invalid_request(p + ".function.name must be a non-empty string", p + ".function.name");
+      if (const ojson* params = field(*f, "parameters"); params != nullptr && !params->is_object())
+        wrong_type(p + ".function.parameters", "a JSON Schema object", *params);
+    }
+  }
+  if (const ojson* choice = field(body, "tool_choice")) {
+    if (choice->is_object())
+      unsupported("tool_choice",
+                  "a named tool_choice is not supported (it needs constrained decoding); use \"auto\"");
+    if (!choice->is_string()) wrong_type("tool_choice", "a string", *choice);
+    const std::string c = choice->get<std::string>();
+    if (c == "required")
+      unsupported("tool_choice",
+                  "tool_choice \"required\" is not supported (it needs constrained decoding); use \"auto\"");
+    if (c == "none") return nullptr;
+    if (c != "auto")
+      throw invalid_request("tool_choice must be \"auto\" or \"none\", got \"" + c + "\"", "tool_choice");
+  }
+  return tools != nullptr && !tools->empty() ? *tools : ojson();
+}
+
+ojson read_kwargs(const ojson& body, const RequestDefaults& d) {
+  ojson kwargs = d.chat_template_kwargs;
+  if (const auto effort = get_string(body, "reasoning_effort")) {
+    if (*effort == "none")
+      kwargs["enable_thinking"] = false;
+    else if (*effort != "minimal" && *effort != "low" && *effort != "medium" && *effort != "high")
+      throw invalid_request("reasoning_effort must be none, minimal, low, medium or high",
+                            "reasoning_effort");
+  }
+  if (const ojson* k = field(body, "chat_template_kwargs")) {
+    if (!k->is_object()) wrong_type("chat_template_kwargs", "an object", *k);
+    for (const auto& [key, value] : k->items()) kwargs[key] = value;
+  }
+  return kwargs;
+}
+
+ChatTemplateInput read_conversation(const ojson& body, const RequestDefaults& d, bool* may_call_tools) {
+  ChatTemplateInput in;
+  in.messages = read_messages(body);
+  in.tools = read_tools(body);
+  in.kwargs = read_kwargs(body, d);
+  if (may_call_tools != nullptr) *may_call_tools = !in.tools.is_null();
+  return in;
+}
+
+}  // namespace
+
+ojson parse_body(const std::string& body) {
+  if (nesting_depth(body) > kMaxNesting)
+    throw invalid_request(
+        fmt::format("the request body nests arrays and objects deeper than {} levels", kMaxNesting));
+  ojson j;
+  try {
+    j = ojson::parse(body);
+  } catch (const ojson::parse_error& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 3: ..."
+    const std::string what = e.what();
+    const size_t at = what.find("] ");
+    throw invalid_request("the request body is not valid JSON: " +
+                          (at == std::string::npos ? what : what.substr(at + 2)));
+  }
+  if (!j.is_object()) throw invalid_request("the request body must be a JSON object, got " + type_name(j));
+  return j;
+}
+
+CompletionRequest parse_chat_request(const ojson& body, const RequestDefaults& d) {
+  refuse_unsupported(body);
+  CompletionRequest r;
+  r.chat = true;
+  r.conversation = read_conversation(body, d, &r.tool_calls);
+  r.parallel_tool_calls = get_bool(body, "parallel_tool_calls").value_or(true);
+  r.reasoning_format = d.reasoning_format;
+  if (const auto f = get_string(body, "reasoning_format")) {
+    if (*f == "none")
+      r.reasoning_format = ReasoningFormat::kNone;
+    else if (*f == "deepseek" || *f == "auto")
+      r.reasoning_format = ReasoningFormat::kParsed;
+    else
+      throw invalid_request("reasoning_format must be \"none\", \"deepseek\" or \"auto\", got \"" + *f + "\"",
+                            "reasoning_format");
+  }
+  read_sampling(body, d, r);
+  r.logprobs = get_bool(body, "logprobs").value_or(false);
+  if (const auto top = get_integer(body, "top_logprobs", 0, 20)) {
+    if (!r.logprobs) throw invalid_request("top_logprobs needs logprobs: true", "top_logprobs");
+    r.top_logprobs = static_cast<int>(*top);
+  }
+  return r;
+}
+
+CompletionRequest parse_completion_request(const ojson& body, const RequestDefaults& d) {
+  refuse_unsupported(body);
+  if (get_bool(body, "echo").value_or(false)) unsupported("echo", "echo is not supported");
+  if (const auto s = get_string(body, "suffix"); s && !s->empty())
+    unsupported("suffix", "suffix (fill in the middle) is not supported");
+  if (const auto b = get_integer(body, "best_of", 1, 128); b && *b != 1)
+    unsupported("best_of", "best_of must be 1: this server generates one choice per request");
+  CompletionRequest r;
+  r.chat = false;
+  const ojson* prompt = field(body, "prompt");
+  if (prompt == nullptr) throw invalid_request("prompt is required", "prompt");
+  const ojson* p = prompt;
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
+  if (p->is_string()) {
+    r.prompt_text = p->get<std::string>();
+    if (r.prompt_text.empty()) throw invalid_request("prompt must not be empty", "prompt");
+  } else if (p->is_array() && !p->empty() && (*p)[0].is_number()) {
+    for (size_t i = 0; i < p->size(); ++i) {
+      const ojson& t = (*p)[i];
+      if (!t.is_number_integer()) wrong_type(fmt::format("prompt[{}]", i), "a token id", t);
+      const int64_t id = t.get<int64_t>();
+      if (id < 0 || id >= d.vocab_size)
+        throw invalid_request(
+            fmt::format("prompt[{}]: token id {} is out of range (0 .. {})", i, t.dump(), d.vocab_size - 1),
+            "prompt");
+      r.prompt_ids.push_back(static_cast<int32_t>(id));
+    }
+  } else if (prompt->is_array() && prompt->size() > 1) {
+    unsupported("prompt", "one prompt per request: send several prompts as separate requests");
+  } else {
+    wrong_type("prompt", "a string, an array of token ids, or an array holding one of those", *prompt);
+  }
+  read_sampling(body, d, r);
+  if (const ojson* lp = field(body, "logprobs")) {
+    if (lp->is_boolean()) {
+      r.logprobs = lp->get<bool>();
+    } else {
+      const auto n = get_integer(body, "logprobs", 0, 20);
+      r.logprobs = true;
+      r.top_logprobs = static_cast<int>(*n);
+    }
+  }
+  return r;
+}
+
+ChatTemplateInput parse_template_request(const ojson& body, const RequestDefaults& d) {
+  ChatTemplateInput in = read_conversation(body, d, nullptr);
+  in.add_generation_prompt = get_bool(body, "add_generation_prompt").value_or(true);
+  return in;
+}
+
+}  // namespace qwick
