@@ -87,6 +87,10 @@ class Backend {
   // between. restore() throws Error for a snapshot of another backend or model.
   virtual std::unique_ptr<SequenceSnapshot> snapshot() const = 0;
   virtual void restore(const SequenceSnapshot& snapshot) = 0;
+  // Whether decoding a token leaves exactly the state that prefilling it would. When not (the phases
+  // use different numerics), a state reached by decoding must not stand in for a prefilled prompt
+  // if reuse is to give the same output as a fresh start.
+  virtual bool decode_matches_prefill() const = 0;
   // Appends one token and chooses the next one on the device, which also writes it into the next
   // step's input slot; no logits come back. False when the backend has no such path (the caller
   // then samples from decode()'s logits).

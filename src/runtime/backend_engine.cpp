@@ -68,17 +68,21 @@ int64_t BackendEngine::resume(const CompletionJob& job) {
   const auto n = static_cast<int64_t>(prompt.size());
   if (job.reuse) {
     const auto live = static_cast<int64_t>(live_.size());
-    const int64_t live_length = live < n && std::equal(live_.begin(), live_.end(), prompt.begin()) ? live : 0;
+    const bool live_reusable = !live_decoded_ || backend_.decode_matches_prefill();
+    const int64_t live_length =
+        live_reusable && live < n && std::equal(live_.begin(), live_.end(), prompt.begin()) ? live : 0;
     const auto match = cache_.longest_prefix(prompt, n - 1);
     if (match && match->length > live_length) {
       backend_.restore(*match->snapshot);
       live_.assign(prompt.begin(), prompt.begin() + match->length);
+      live_decoded_ = false;
       return match->length;
     }
     if (live_length > 0) return live_length;
   }
   backend_.reset();
   live_.clear();
+  live_decoded_ = false;
   return 0;
 }
 
@@ -172,6 +176,7 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
         break;
       }
       int32_t next = 0;
+      live_decoded_ = true;
       if (device_sampling && backend_.decode_sampled(token, ds, &next)) {
         live_.push_back(token);
         token = next;
@@ -182,13 +187,17 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
       }
     }
     stats.generation_ms = ms_since(t1);
+    // The end of the generated turn, where the next request of a tool-call loop continues; only
+    // where decoding left exactly what prefilling those tokens would (else the end-of-prompt
+    // snapshot serves, and the generated tokens are prefilled again).
     if (job.reuse && job.snapshot_end && stats.finish_reason != "cancelled" &&
-        static_cast<int64_t>(live_.size()) > n)
+        static_cast<int64_t>(live_.size()) > n && backend_.decode_matches_prefill())
       save(live_);
   } catch (...) {
     // A failed step may leave the sequence anywhere: start the next job from scratch.
     backend_.reset();
     live_.clear();
+    live_decoded_ = false;
     throw;
   }
   return stats;

@@ -53,6 +53,9 @@ class BackendEngine : public CompletionEngine {
   BackendEngineOptions options_;
   PromptCache cache_;
   std::vector<int32_t> live_;  // the tokens in the backend's sequence
+  // live_ holds decoded tokens, which a backend whose decode differs numerically from its prefill
+  // (Backend::decode_matches_prefill) must not reuse as if they had been prefilled.
+  bool live_decoded_ = false;
   std::vector<float> logits_, logits_copy_;
   std::vector<std::pair<float, int32_t>> ranked_;
 };

@@ -92,9 +92,10 @@ TEST(MatmulQ8, KernelsMatchReferenceAndReferenceIsBounded) {
 }
 
 TEST(MatmulQ8, FastPrecisionPicksTheKernelByShape) {
-  // kFast: a single row against 4-bit weights goes through int8 (matmul_q8.h), several rows through
-  // bf16 on AVX-512 (matmul_bf16.h); a single row against 8-bit weights stays f32. Each differs from
-  // kExact only within its rounding.
+  // kFastDecode: a single row against 4-bit weights goes through int8 (matmul_q8.h); against 8-bit
+  // weights it stays f32. kFastPrefill: bf16 operands on AVX-512 (matmul_bf16.h) for any row count,
+  // so a row's result does not depend on the other rows. Each differs from kExact only within its
+  // rounding.
   ThreadPool pool(2);
   Affine4 m4(48, 256, 64, 5);
   std::vector<uint8_t> data8(48 * 256), scales8(48 * 4 * 2, 0), biases8(48 * 4 * 2, 0);
@@ -110,15 +111,17 @@ TEST(MatmulQ8, FastPrecisionPicksTheKernelByShape) {
     matmul({&w, x.data(), 256, n, y.data(), 48}, pool, precision);
     return y;
   };
-  const auto fast1 = run(m4.w, 1, MatmulPrecision::kFast), exact1 = run(m4.w, 1, MatmulPrecision::kExact);
+  const auto fast1 = run(m4.w, 1, MatmulPrecision::kFastDecode), exact1 = run(m4.w, 1, MatmulPrecision::kExact);
   EXPECT_NE(fast1, exact1);
   for (size_t i = 0; i < fast1.size(); ++i) EXPECT_NEAR(fast1[i], exact1[i], 0.05f * (1 + std::fabs(exact1[i])));
-  const auto fast2 = run(m4.w, 2, MatmulPrecision::kFast), exact2 = run(m4.w, 2, MatmulPrecision::kExact);
+  EXPECT_EQ(run(m8, 1, MatmulPrecision::kFastDecode), run(m8, 1, MatmulPrecision::kExact));
+  const auto pre1 = run(m4.w, 1, MatmulPrecision::kFastPrefill), pre2 = run(m4.w, 2, MatmulPrecision::kFastPrefill);
+  const auto exact2 = run(m4.w, 2, MatmulPrecision::kExact);
   if (detected_simd_level() == SimdLevel::kAvx512) {
-    EXPECT_NE(fast2, exact2);
+    EXPECT_NE(pre2, exact2);
   }
-  for (size_t i = 0; i < fast2.size(); ++i) EXPECT_NEAR(fast2[i], exact2[i], 0.02f * (1 + std::fabs(exact2[i])));
-  EXPECT_EQ(run(m8, 1, MatmulPrecision::kFast), run(m8, 1, MatmulPrecision::kExact));
+  for (size_t i = 0; i < pre2.size(); ++i) EXPECT_NEAR(pre2[i], exact2[i], 0.02f * (1 + std::fabs(exact2[i])));
+  EXPECT_TRUE(std::equal(pre1.begin(), pre1.end(), pre2.begin())) << "row 0 must not depend on row 1";
 }
 
 }  // namespace

@@ -218,6 +218,22 @@ TEST(Backend, ChunkSizeDoesNotChangeLogits) {
   }
 }
 
+// The fast prefill path is chosen by phase, not by row count, so any chunking gives the same bits
+// (what lets prompt reuse restore a prefix state and match a fresh start exactly).
+TEST(Backend, FastPrefillDoesNotDependOnTheChunking) {
+  const Fixture fx("small");
+  const auto model = load_model(test::fixture("small/mlx4"));
+  RunSpec base;
+  base.exact = false;
+  base.chunk = 4096;
+  const auto ref = logits_of(*model, fx.tokens, base);
+  for (int64_t chunk : {1, 7, 64}) {
+    RunSpec r = base;
+    r.chunk = chunk;
+    EXPECT_EQ(logits_of(*model, fx.tokens, r), ref) << "chunk " << chunk;
+  }
+}
+
 TEST(Backend, EverySimdLevelPassesTheFixture) {
   const Fixture fx("tiny");
   const auto model = load_model(test::fixture("tiny/hf"));

@@ -35,7 +35,7 @@ class CpuBackend final : public Backend {
         pool_(options.threads),
         rope_(cfg_.rope_theta, cfg_.rotary_dim),
         max_context_(options.max_context > 0 ? options.max_context : cfg_.max_position_embeddings),
-        precision_(options.cpu_exact ? MatmulPrecision::kExact : MatmulPrecision::kFast),
+        exact_(options.cpu_exact),
         seq_(cfg_, options.kv_dtype) {}
 
   std::string name() const override { return "cpu"; }
@@ -53,7 +53,8 @@ class CpuBackend final : public Backend {
       const size_t n = std::min(tokens.size() - done, static_cast<size_t>(options.chunk));
       const bool last_chunk = done + n == tokens.size();
       float* out = options.all_logits ? logits.data() + done * V : (last_chunk ? logits.data() : nullptr);
-      forward(tokens.data() + done, static_cast<int64_t>(n), out, options.all_logits, options.observer);
+      forward(tokens.data() + done, static_cast<int64_t>(n), out, options.all_logits, options.observer,
+              exact_ ? MatmulPrecision::kExact : MatmulPrecision::kFastPrefill);
       done += n;
     }
   }
@@ -61,8 +62,10 @@ class CpuBackend final : public Backend {
   void decode(int32_t token, std::span<float> logits) override {
     check_tokens(std::span<const int32_t>(&token, 1));
     if (logits.size() < static_cast<size_t>(cfg_.vocab_size)) fail("decode: logits buffer too small");
-    forward(&token, 1, logits.data(), false, nullptr);
+    forward(&token, 1, logits.data(), false, nullptr, exact_ ? MatmulPrecision::kExact : MatmulPrecision::kFastDecode);
   }
+
+  bool decode_matches_prefill() const override { return exact_; }
 
   std::unique_ptr<SequenceSnapshot> snapshot() const override {
     auto s = std::make_unique<CpuSnapshot>();
@@ -102,11 +105,12 @@ class CpuBackend final : public Backend {
   }
 
   // n rows at positions [position, position + n). `logits`: null, the last row's, or every row's.
-  void forward(const int32_t* tokens, int64_t n, float* logits, bool all_rows, const LayerObserver& observer) {
+  void forward(const int32_t* tokens, int64_t n, float* logits, bool all_rows, const LayerObserver& observer,
+               MatmulPrecision precision) {
     const ModelWeights& w = model_.weights;
     const int64_t H = cfg_.hidden_size;
     const int64_t pos0 = seq_.position;
-    CpuContext ctx{cfg_, pool_, active_vector_ops(), rope_, arena_, max_context_, precision_};
+    CpuContext ctx{cfg_, pool_, active_vector_ops(), rope_, arena_, max_context_, precision};
     for (AlignedBuffer<float>* b : {&hidden_, &normed_, &branch_}) b->reserve(static_cast<size_t>(n * H));
     float* hidden = hidden_.data();
     float* normed = normed_.data();
@@ -151,7 +155,7 @@ class CpuBackend final : public Backend {
     norm_rows(w.final_norm, first, rows);
     matmul(matmul_problem(w.lm_head, normed + first * H, static_cast<size_t>(H), static_cast<size_t>(rows), logits,
                           static_cast<size_t>(cfg_.vocab_size)),
-           pool_, precision_);
+           pool_, precision);
   }
 
   const Model& model_;
@@ -159,7 +163,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   RopeTable rope_;
   int64_t max_context_;
-  MatmulPrecision precision_;
+  bool exact_;  // f32 activations in every matmul; else the fast paths per phase (matmul_parallel.h)
   CpuSequence seq_;
   ScratchArena arena_;                         // per-layer temporaries
   AlignedBuffer<float> hidden_, normed_, branch_;  // [chunk, hidden]: residual stream and its branches

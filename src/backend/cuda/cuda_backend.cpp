@@ -143,6 +143,9 @@ class CudaBackend final : public Backend {
     sync();
   }
 
+  // Prefill feeds bf16 activations to the tensor cores, decode keeps f32.
+  bool decode_matches_prefill() const override { return false; }
+
   BackendMemory memory() const override {
     BackendMemory m;
     m.weights = weights_.bytes;

@@ -98,16 +98,15 @@ void matmul_batch(std::span<const MatmulProblem> problems, ThreadPool& pool, Mat
   std::vector<RowBlock>& blocks = block_storage;
   q8_inputs.used = bf16_inputs.used = 0;
   blocks.clear();
-  const bool fast = precision == MatmulPrecision::kFast;
   for (const auto& p : problems) {
     if (p.n == 0) continue;
     Path path = Path::kF32;
     int input = -1;
-    if (fast && p.n == 1 && q8_supported(*p.w)) {
+    if (precision == MatmulPrecision::kFastDecode && p.n == 1 && q8_supported(*p.w)) {
       path = Path::kQ8;
       input = q8_inputs.get(p, q8_activation_floats(p.w->cols),
                             [&](float* storage) { return quantize_activation_q8(p.x, p.w->cols, storage); });
-    } else if (fast && p.n > 1 && level == SimdLevel::kAvx512) {
+    } else if (precision == MatmulPrecision::kFastPrefill && level == SimdLevel::kAvx512) {
       path = Path::kBF16;
       const int64_t stride = bf16_row_stride(p.w->cols);
       input = bf16_inputs.get(p, static_cast<size_t>(stride) * p.n / 2 + 16, [&](float* storage) {

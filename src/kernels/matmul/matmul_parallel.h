@@ -10,10 +10,15 @@
 
 namespace qwick {
 
-// kExact keeps activations in f32 (the reference numerics). kFast lets single-row products against
-// 4-bit weights quantize the activation to int8 per 64 values (matmul_q8.h), as llama.cpp does, and
-// multi-row products run on bf16 operands where the CPU has AVX-512 BF16 (matmul_bf16.h).
-enum class MatmulPrecision { kExact, kFast };
+// kExact keeps activations in f32 (the reference numerics). The fast modes differ by phase:
+//   kFastDecode   single-row products against 4-bit weights quantize the activation to int8 per 64
+//                 values (matmul_q8.h), as llama.cpp does; the rest stays f32
+//   kFastPrefill  every product runs on bf16 operands where the CPU has AVX-512 BF16
+//                 (matmul_bf16.h), f32 elsewhere
+// Choosing by phase rather than by row count keeps a prefill's result independent of how the
+// prompt was cut into chunks (an expert that gets one row of a chunk computes as with many), so a
+// restored prefix state equals a fresh prefill exactly.
+enum class MatmulPrecision { kExact, kFastDecode, kFastPrefill };
 
 MatmulRowsFn matmul_kernel(SimdLevel level);
 Q8RowsFn matmul_q8_kernel(SimdLevel level);
