@@ -3,9 +3,9 @@
 // Each stdin line is a user message (works on a pipe too, so it can be scripted); the reply
 // streams through the output parser: reasoning dimmed on a terminal (or hidden with
 // --hide-reasoning), then the answer. /reset starts over, /exit (or end of input) quits. The whole
-// conversation is rendered by the chat template each turn; when the engine's sequence is still a
-// prefix of the new prompt only the new tokens are prefilled (the template drops earlier reasoning
-// unless --preserve-thinking, so that is mostly the case with it).
+// conversation is rendered by the chat template each turn and run through the same completion
+// engine as the server, with its prompt reuse: a snapshot at the end of each turn's history means
+// the next turn prefills only its new tokens.
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,8 +19,8 @@
 #include "cli/model_text.h"
 #include "cli/reply_printer.h"
 #include "core/error.h"
-#include "runtime/generate.h"
-#include "text/chat_template.h"
+#include "runtime/backend_engine.h"
+#include "text/chat_prompt.h"
 #include "text/output_parser.h"
 #include "text/stream_decoder.h"
 
@@ -76,13 +76,13 @@ int cmd_chat(int argc, char** argv) {
   const ModelText text = load_model_text(e.model->dir.string());
   const bool interactive = isatty(fileno(stdin));
   ReplyPrinter printer(stdout, !o.hide_reasoning, use_color(stdout));
+  BackendEngineOptions eo;
+  eo.prefill_chunk = o.chunk;
+  BackendEngine generator(*e.backend, e.model->config.vocab_size, eo);
   ojson messages = ojson::array();
-  std::vector<int32_t> in_backend;  // the tokens of the engine's current sequence
   auto reset = [&] {
     messages = ojson::array();
     if (!o.system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", o.system_prompt}});
-    e.backend->reset();
-    in_backend.clear();
   };
   reset();
 
@@ -104,43 +104,30 @@ int cmd_chat(int argc, char** argv) {
     in.messages = messages;
     in.kwargs["enable_thinking"] = o.think;
     in.kwargs["preserve_thinking"] = o.preserve_thinking;
-    const std::vector<int32_t> prompt =
-        text.tokenizer.encode(render_chat_template(in, text.template_kind), true);
-
-    // Reuse the engine's sequence when it is a prefix of the new prompt (its recurrent state
-    // cannot be rewound, so anything else starts over).
-    const bool reusable =
-        in_backend.size() < prompt.size() && std::equal(in_backend.begin(), in_backend.end(), prompt.begin());
-    if (!reusable) {
-      e.backend->reset();
-      in_backend.clear();
-    }
-    Sampler sampler(sampling_params(o, e.model->generation), e.model->config.vocab_size);
-    GenerationRequest req;
-    req.prompt = std::span<const int32_t>(prompt).subspan(in_backend.size());
-    req.max_tokens = o.n_predict;
-    req.stop_ids = e.model->stop_token_ids();
-    req.prefill_chunk = o.chunk;
+    ChatPrompt prompt = build_chat_prompt(in, text.template_kind, text.tokenizer, true);
+    CompletionJob job;
+    job.prompt = std::move(prompt.tokens);
+    if (prompt.history_tokens > 0) job.snapshot_at.push_back(prompt.history_tokens);
+    job.sampling = sampling_params(o, e.model->generation);
+    job.max_tokens = o.n_predict;
+    job.stop_ids = e.model->stop_token_ids();
 
     OutputParser parser({o.think, ojson::array()});
     StreamDecoder decoder(text.tokenizer);
     std::vector<OutputDelta> deltas;
-    const GenerationResult r =
-        generate(*e.backend, sampler, e.model->config.vocab_size, req, [&](int32_t token) {
-          deltas.clear();
-          parser.feed(decoder.push(token), deltas);
-          printer.print(deltas);
-          return true;
-        });
+    TokenCallback show([&](const GeneratedToken& token) {
+      deltas.clear();
+      parser.feed(decoder.push(token.id), deltas);
+      printer.print(deltas);
+      return TokenAction::kContinue;
+    });
+    const CompletionStats r = generator.run(job, show);
     deltas.clear();
     parser.feed(decoder.flush(), deltas);
     parser.finish(deltas);
     printer.print(deltas);
     printer.end(parser.message());
 
-    in_backend = prompt;
-    in_backend.insert(in_backend.end(), r.tokens.begin(), r.tokens.end());
-    in_backend.resize(static_cast<size_t>(e.backend->position()));
     const ParsedMessage& reply = parser.message();
     ojson assistant = {{"role", "assistant"}, {"content", reply.content}};
     if (!reply.reasoning_content.empty()) assistant["reasoning_content"] = reply.reasoning_content;

@@ -18,7 +18,7 @@
 #include "cli/text_io.h"
 #include "cli/token_ids.h"
 #include "core/error.h"
-#include "runtime/generate.h"
+#include "runtime/backend_engine.h"
 #include "text/stream_decoder.h"
 
 namespace qwick {
@@ -103,31 +103,36 @@ int cmd_run(int argc, char** argv) {
   sp.top_p = static_cast<float>(top_p);
   sp.min_p = static_cast<float>(min_p);
   sp.seed = static_cast<uint64_t>(seed);
-  Sampler sampler(sp, e.model->config.vocab_size);
-  GenerationRequest req;
-  req.prompt = prompt;
-  req.max_tokens = n_predict;
-  req.stop_ids = e.model->stop_token_ids();
-  req.ignore_eos = ignore_eos;
-  req.prefill_chunk = chunk;
+  CompletionJob job;
+  job.prompt = std::move(prompt);
+  job.sampling = sp;
+  job.max_tokens = n_predict;
+  if (!ignore_eos) job.stop_ids = e.model->stop_token_ids();
+  job.reuse = false;
+  BackendEngineOptions eo;
+  eo.prefill_chunk = chunk;
+  eo.cache_bytes = 0;
+  BackendEngine generator(*e.backend, e.model->config.vocab_size, eo);
   bool first = true;
   std::unique_ptr<StreamDecoder> decoder;
   if (text) decoder = std::make_unique<StreamDecoder>(text->tokenizer);
-  const GenerationResult r = generate(*e.backend, sampler, e.model->config.vocab_size, req, [&](int32_t token) {
+  TokenCallback print([&](const GeneratedToken& token) {
     if (decoder)
-      write_stdout(decoder->push(token));
+      write_stdout(decoder->push(token.id));
     else
-      std::printf(first ? "%d" : " %d", token);
+      std::printf(first ? "%d" : " %d", token.id);
     std::fflush(stdout);
     first = false;
-    return true;
+    return TokenAction::kContinue;
   });
+  const CompletionStats r = generator.run(job, print);
   if (decoder) write_stdout(decoder->flush());
   std::printf("\n");
   std::fflush(stdout);
   print_timing("prompt eval time", r.prompt_ms, r.prompt_tokens, "tokens");
-  print_timing("       eval time", r.decode_ms, r.decode_steps, "runs  ");
-  std::fprintf(stderr, "generated %zu tokens, finish reason: %s\n", r.tokens.size(), r.finish_reason.c_str());
+  print_timing("       eval time", r.generation_ms, r.generated_tokens, "tokens");
+  std::fprintf(stderr, "generated %lld tokens, finish reason: %s\n", static_cast<long long>(r.generated_tokens),
+               r.finish_reason.c_str());
   return 0;
 }
 

@@ -3,16 +3,15 @@
 // Before prefilling, a job starts from the longest saved state its prompt extends: the backend's
 // live sequence (what the previous job left) or a snapshot in the prompt cache, keeping at least
 // one prompt token to prefill (its logits choose the first generated token). Otherwise the
-// sequence starts empty. Restored or not, a job computes the same function of its prompt; with
-// exact numerics (--exact on the CPU: f32 in every product, whatever the row count) bit for bit,
-// so greedy output with reuse equals output without it. The fast CPU products pick int8 or bf16
-// activations by a product's row count, so there a reused state differs from a recomputed one by
-// rounding, as a recomputation with other chunk sizes would.
+// sequence starts empty. Restored or not, a job computes the same function of its prompt, bit for
+// bit, so greedy output with reuse equals output without it: a backend's prefill does not depend
+// on the chunking, and a state reached by decoding is reused only where decoding computes exactly
+// what prefilling would (Backend::decode_matches_prefill).
 //
 // While prefilling it saves snapshots at the job's snapshot_at points and at the end of the
 // prompt; after generating, at the end of the turn (the last sampled token is not in the
-// sequence: it is a stop token, or it was never decoded). A snapshot is skipped when the cache
-// already holds those tokens.
+// sequence: it is a stop token, or it was never decoded), where decode matches prefill. A snapshot
+// is skipped when the cache already holds those tokens. `qwick run` and `qwick chat` run on it too.
 //
 // Tested in tests/unit/backend_engine_test.cpp on a tiny model: identical tokens with and without
 // reuse, cached token counts, cancellation, log-probabilities against a softmax of the logits.

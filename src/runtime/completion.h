@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,18 @@ class CompletionObserver {
   // first chunk and after each.
   virtual void on_prefill(int64_t done, int64_t total) = 0;
   virtual TokenAction on_token(const GeneratedToken& token) = 0;
+};
+
+// An observer for a caller that never cancels: each token goes to a function.
+class TokenCallback final : public CompletionObserver {
+ public:
+  explicit TokenCallback(std::function<TokenAction(const GeneratedToken&)> fn) : fn_(std::move(fn)) {}
+  bool cancelled() const override { return false; }
+  void on_prefill(int64_t, int64_t) override {}
+  TokenAction on_token(const GeneratedToken& token) override { return fn_(token); }
+
+ private:
+  std::function<TokenAction(const GeneratedToken&)> fn_;
 };
 
 struct PromptCacheStats {

@@ -8,35 +8,13 @@
 #include "server/api_error.h"
 #include "server/openai_format.h"
 #include "server/openai_request.h"
+#include "text/chat_prompt.h"
 
 namespace qwick {
 namespace {
 
 using ojson = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
-
-// Where the conversation history ends in `prompt` (the tokens of `text`, which the template
-// rendered with the generation prompt): the same conversation rendered without it must be a
-// prefix of `text`, and the rest must start with a special token, so the history tokenizes
-// alone to the same tokens (added tokens are cut out before anything else). 0 when not.
-int64_t history_boundary(ChatTemplateInput conversation, const std::string& text,
-                         const std::vector<int32_t>& prompt, ChatTemplateKind kind,
-                         const Tokenizer& tokenizer) {
-  conversation.add_generation_prompt = false;
-  std::string history;
-  try {
-    history = render_chat_template(conversation, kind);
-  } catch (const ChatTemplateError&) {
-    return 0;
-  }
-  if (history.empty() || history.size() >= text.size() || text.compare(0, history.size(), history) != 0)
-    return 0;
-  const std::vector<int32_t> tail = tokenizer.encode(std::string_view(text).substr(history.size()), true);
-  if (tail.empty() || tail.size() >= prompt.size() || !tokenizer.is_special(tail.front()) ||
-      !std::equal(tail.rbegin(), tail.rend(), prompt.rbegin()))
-    return 0;
-  return static_cast<int64_t>(prompt.size() - tail.size());
-}
 
 ApiError failure(const ResponseEvent& e) {
   return e.shutting_down ? ApiError(503, "the server is shutting down")
@@ -79,16 +57,13 @@ void CompletionEndpoint::handle(const httplib::Request& req, httplib::Response& 
   ro.logprobs = r.logprobs;
   ro.parallel_tool_calls = r.parallel_tool_calls;
   if (chat) {
-    const std::string text = render_chat_template(r.conversation, model_.template_kind);
-    job.prompt = tokenizer.encode(text, true);
-    ro.parser.starts_in_reasoning = text.ends_with("<think>\n");
+    ChatPrompt prompt = build_chat_prompt(r.conversation, model_.template_kind, tokenizer, r.cache_prompt);
+    job.prompt = std::move(prompt.tokens);
+    ro.parser.starts_in_reasoning = prompt.text.ends_with("<think>\n");
     ro.parser.tools = r.conversation.tools.is_array() ? r.conversation.tools : ojson::array();
     ro.parser.reasoning = r.reasoning_format == ReasoningFormat::kParsed;
     ro.parser.tool_calls = r.tool_calls;
-    if (r.cache_prompt)
-      if (const int64_t b =
-              history_boundary(r.conversation, text, job.prompt, model_.template_kind, tokenizer))
-        job.snapshot_at.push_back(b);
+    if (prompt.history_tokens > 0) job.snapshot_at.push_back(prompt.history_tokens);
   } else {
     job.prompt = r.prompt_ids.empty() ? tokenizer.encode(r.prompt_text, true) : r.prompt_ids;
   }

@@ -1,10 +1,8 @@
 // POST /v1/chat/completions and /v1/completions: request -> prompt tokens -> a ResponseTask in
 // the queue -> the answer, streamed (SSE) or whole.
 //
-// Chat prompts come from the chat template. With prompt reuse on, the job also asks for a
-// snapshot at the end of the conversation history (the same conversation rendered without the
-// generation prompt): the next turn's prompt always extends it, because the Qwen3.6 template
-// changes earlier turns only before the last user query.
+// Chat prompts come from the chat template (text/chat_prompt.h). With prompt reuse on, the job also
+// asks for a snapshot at the end of the conversation history, which the next turn extends.
 //
 // Part of ApiServer (api_server.h), tested with it.
 #pragma once

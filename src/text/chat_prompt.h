@@ -1,0 +1,30 @@
+// A conversation as the model sees it: the chat template's text, its tokens, and where the
+// conversation history ends among them.
+//
+// The history boundary is the prefix worth a sequence snapshot: the same conversation rendered
+// without the generation prompt. The next turn's prompt always extends it, because the Qwen3.6
+// template changes earlier turns only before the last user query. Used by `qwick serve` and
+// `qwick chat`; tested through both (tests/server, tests/text/text_cli_test.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+namespace qwick {
+
+struct ChatPrompt {
+  std::string text;
+  std::vector<int32_t> tokens;
+  int64_t history_tokens = 0;  // tokens of the history part; 0 when not found or not asked for
+};
+
+// Renders and tokenizes `conversation` (special tokens honoured). Throws ChatTemplateError for a
+// conversation the template refuses.
+ChatPrompt build_chat_prompt(const ChatTemplateInput& conversation, ChatTemplateKind kind, const Tokenizer& tokenizer,
+                             bool find_history);
+
+}  // namespace qwick
