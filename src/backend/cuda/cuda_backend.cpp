@@ -400,12 +400,17 @@ class CudaBackend final : public Backend {
            tokens.size(), max_context_);
   }
 
-  void gemv_one(const DeviceMatrix& m, const float* x, float* y, bool accumulate) {
+  static GemvArgs gemv_args(const DeviceMatrix& m) {
     GemvArgs a;
     a.single = m;
     a.format = m.format;
     a.max_rows = m.rows;
     a.max_cols = m.cols;
+    return a;
+  }
+
+  void gemv_one(const DeviceMatrix& m, const float* x, float* y, bool accumulate) {
+    GemvArgs a = gemv_args(m);
     a.x = x;
     a.y = y;
     a.accumulate = accumulate;
@@ -416,12 +421,8 @@ class CudaBackend final : public Backend {
   void gemv_rows(const DeviceMatrix& m, const float* x, int64_t n, float* y) {
     constexpr int64_t kMaxRowsPerLaunch = 32768;  // the grid's y dimension
     for (int64_t r0 = 0; r0 < n; r0 += kMaxRowsPerLaunch) {
-      GemvArgs a;
-      a.single = m;
-      a.format = m.format;
+      GemvArgs a = gemv_args(m);
       a.problems = static_cast<int>(std::min(kMaxRowsPerLaunch, n - r0));
-      a.max_rows = m.rows;
-      a.max_cols = m.cols;
       a.x = x + r0 * m.cols;
       a.x_stride = m.cols;
       a.y = y + r0 * m.rows;

@@ -47,6 +47,17 @@ __device__ uint32_t bisect_key(float target, float* scratch, Measure measure) {
   return tau;
 }
 
+// Merges the (argmax, its id, largest finite value) triples across a warp; ties to the lower id.
+__device__ __forceinline__ void warp_best(float& best, int& best_i, float& top) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(kFullMask, best, o);
+    const int oi = __shfl_xor_sync(kFullMask, best_i, o);
+    if (ob > best || (ob == best && oi < best_i)) best = ob, best_i = oi;
+    top = fmaxf(top, __shfl_xor_sync(kFullMask, top, o));
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
   __shared__ float scratch[32];
   __shared__ float sbest[32];
@@ -65,24 +76,12 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
     if (v > best || (best_i == INT32_MAX && v == best)) best = v, best_i = static_cast<int>(i);
     if (isfinite(v)) top = fmaxf(top, v), n_finite += 1.0f;
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ob = __shfl_xor_sync(kFullMask, best, o);
-    const int oi = __shfl_xor_sync(kFullMask, best_i, o);
-    if (ob > best || (ob == best && oi < best_i)) best = ob, best_i = oi;
-    top = fmaxf(top, __shfl_xor_sync(kFullMask, top, o));
-  }
+  warp_best(best, best_i, top);
   if (lane == 0) sbest[warp] = best, sbest_i[warp] = best_i, scratch[warp] = top;
   __syncthreads();
   if (warp == 0) {
     best = sbest[lane], best_i = sbest_i[lane], top = scratch[lane];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(kFullMask, best, o);
-      const int oi = __shfl_xor_sync(kFullMask, best_i, o);
-      if (ob > best || (ob == best && oi < best_i)) best = ob, best_i = oi;
-      top = fmaxf(top, __shfl_xor_sync(kFullMask, top, o));
-    }
+    warp_best(best, best_i, top);
     if (lane == 0) sbest_i[0] = best_i == INT32_MAX ? 0 : best_i, scratch[0] = top;
   }
   __syncthreads();
