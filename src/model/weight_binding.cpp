@@ -106,11 +106,9 @@ class Binder {
   // Stacked tensors (experts) pass `stack` > 0 and get one matrix per leading index.
   std::vector<WeightMatrix> matrices(const std::string& module, int64_t stack, int64_t rows, int64_t cols) {
     const std::string wname = module + ".weight";
-    std::vector<int64_t> lead;
-    if (stack > 0) lead.push_back(stack);
-    auto with_lead = [&](std::vector<int64_t> s) {
-      s.insert(s.begin(), lead.begin(), lead.end());
-      return s;
+    // [stack,] rows, last
+    auto with_lead = [stack, rows](int64_t last) {
+      return stack > 0 ? std::vector<int64_t>{stack, rows, last} : std::vector<int64_t>{rows, last};
     };
     WeightMatrix m;
     m.rows = rows;
@@ -131,8 +129,8 @@ class Binder {
         fail("tensor \"{}\" is packed {} wide, i.e. {}-bit for {} inputs, but the config says {} bits", wname,
              probe->shape.back(), implied, cols, spec->bits);
       }
-      const TensorInfo& t = take_shaped(wname, with_lead({rows, cols * spec->bits / 32}));
-      const std::vector<int64_t> gshape = with_lead({rows, cols / spec->group_size});
+      const TensorInfo& t = take_shaped(wname, with_lead(cols * spec->bits / 32));
+      const std::vector<int64_t> gshape = with_lead(cols / spec->group_size);
       const TensorInfo& s = take_shaped(module + ".scales", gshape);
       const TensorInfo& b = take_shaped(module + ".biases", gshape);
       for (const TensorInfo* x : {&s, &b})
@@ -148,7 +146,7 @@ class Binder {
     } else {
       if (probe->dtype == DType::kU32)
         fail("tensor \"{}\" is packed (U32) but \"{}.scales\" is missing", wname, module);
-      const TensorInfo& t = take_shaped(wname, with_lead({rows, cols}));
+      const TensorInfo& t = take_shaped(wname, with_lead(cols));
       m.format = dense_format(t);
       m.data = t.data;
       m.row_stride = static_cast<size_t>(cols) * static_cast<size_t>(m.bits() / 8);
