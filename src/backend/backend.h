@@ -21,13 +21,20 @@ namespace qwick {
 struct Model;
 
 struct BackendOptions {
-  int threads = 0;                        // CPU worker threads, 0 = one per core
-  int64_t max_context = 0;                // 0 = the model's max_position_embeddings
-  KvDtype kv_dtype = KvDtype::kBF16;      // attention KV cache element type (the CUDA backend: bf16 only)
-  // CPU: f32 activations in every matrix product (the reference numerics). Off, single-row products
-  // against 4-bit weights quantize the activation to int8 per 64 values (decode's fast path).
-  bool cpu_exact = false;
-  bool device_graphs = true;              // CUDA: replay each decode step as one captured graph
+  int threads = 0;                    // CPU worker threads, 0 = one per core
+  int64_t max_context = 0;            // 0 = the model's max_position_embeddings
+  KvDtype kv_dtype = KvDtype::kBF16;  // attention KV cache element type (the CUDA backend: bf16 only)
+  // f32 activations in every decode matrix product (the reference numerics). Off, the CPU's products
+  // against 4-bit weights quantize the activation to int8 per 64 values (decode's fast path); on
+  // CUDA that takes device_int8 as well.
+  bool exact = false;
+  // CUDA decode levers, each switchable for ablations (qwick --cuda-off):
+  bool device_graphs = true;   // replay each decode step as one captured graph
+  bool device_fusion = true;   // norms, routing, SwiGLU and the expert combine fused into the GEMVs
+  bool device_overlap = true;  // each kernel may start before the previous one ends (programmatic launch)
+  // int8 activations into the 4-bit GEMVs (dp4a). Off by default: the lm_head alone runs 24% faster,
+  // but no end-to-end decode gain was measured yet, and it moves the logits (docs/gpu-notes.md).
+  bool device_int8 = false;
 };
 
 // Token selection done where the logits are (Backend::decode_sampled); 0 / 1 disable a cut.
@@ -51,9 +58,9 @@ struct BackendMemory {
 using LayerObserver = std::function<void(int stage, const float* hidden, int64_t n_rows, int64_t pos0)>;
 
 struct PrefillOptions {
-  int64_t chunk = 512;       // rows per forward pass; bounds activation memory
-  bool all_logits = false;   // logits for every token instead of only the last
-  LayerObserver observer;    // optional, for layer-by-layer comparisons
+  int64_t chunk = 512;      // rows per forward pass; bounds activation memory
+  bool all_logits = false;  // logits for every token instead of only the last
+  LayerObserver observer;   // optional, for layer-by-layer comparisons
 };
 
 // A copy of a sequence's state at one position (attention KV rows [0, position), DeltaNet conv
@@ -79,7 +86,8 @@ class Backend {
 
   // Appends `tokens`; writes the last token's logits ([vocab]) or every token's ([n, vocab]).
   // Throws Error (state unchanged) for an out-of-range token or when the context would overflow.
-  virtual void prefill(std::span<const int32_t> tokens, std::span<float> logits, const PrefillOptions& options) = 0;
+  virtual void prefill(std::span<const int32_t> tokens, std::span<float> logits,
+                       const PrefillOptions& options) = 0;
   // Appends one token and writes its logits [vocab].
   virtual void decode(int32_t token, std::span<float> logits) = 0;
 

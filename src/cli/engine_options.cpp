@@ -1,5 +1,6 @@
 #include "cli/engine_options.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -11,16 +12,23 @@
 namespace qwick {
 
 void EngineOptions::add_to(ArgParser& p) {
-  p.option({"-m", "--model"}, "DIR", "model directory (Hugging Face layout); default: the built-in small model",
-           &model, "LLAMA_ARG_MODEL");
+  p.option({"-m", "--model"}, "DIR",
+           "model directory (Hugging Face layout); default: the built-in small model", &model,
+           "LLAMA_ARG_MODEL");
   p.option({"-t", "--threads"}, "N", "CPU threads (0 = one per core)", &threads, "LLAMA_ARG_THREADS");
   p.option({"-c", "--ctx-size"}, "N", "context size in tokens (0 = the model's maximum)", &ctx_size,
            "LLAMA_ARG_CTX_SIZE");
   p.option({"--kv-type"}, "TYPE", "attention KV cache type: bf16 or f32", &kv_type, "QWICK_KV_TYPE");
   p.option({"--device"}, "DEV", "where to run: cpu or cuda (default: cuda when built and a GPU is present)",
            &device, "QWICK_DEVICE");
-  p.flag({"--exact"}, "f32 activations in every CPU matrix product (reference numerics, slower decode)", &exact,
-         "QWICK_EXACT");
+  p.flag({"--exact"}, "f32 activations in every decode matrix product (reference numerics, slower decode)",
+         &exact, "QWICK_EXACT");
+  p.option({"--cuda-off"}, "LIST",
+           "CUDA decode levers to switch off, for ablations: graph, fusion, overlap (comma separated)",
+           &cuda_off, "QWICK_CUDA_OFF");
+  p.flag({"--cuda-int8"},
+         "CUDA decode: int8 activations into the 4-bit matrix-vector products (faster lm_head)", &cuda_int8,
+         "QWICK_CUDA_INT8");
 }
 
 BackendOptions EngineOptions::backend_options() const {
@@ -28,13 +36,27 @@ BackendOptions EngineOptions::backend_options() const {
   b.threads = threads;
   if (ctx_size < 0) fail("--ctx-size must not be negative, got {}", ctx_size);
   b.max_context = ctx_size;
-  b.cpu_exact = exact;
+  b.exact = exact;
+  b.device_int8 = cuda_int8;
   if (kv_type == "bf16")
     b.kv_dtype = KvDtype::kBF16;
   else if (kv_type == "f32")
     b.kv_dtype = KvDtype::kF32;
   else
     fail("--kv-type: unknown type \"{}\" (expected bf16 or f32)", kv_type);
+  for (size_t start = 0; start < cuda_off.size();) {
+    const size_t end = std::min(cuda_off.find(',', start), cuda_off.size());
+    const std::string lever = cuda_off.substr(start, end - start);
+    if (lever == "graph")
+      b.device_graphs = false;
+    else if (lever == "fusion")
+      b.device_fusion = false;
+    else if (lever == "overlap")
+      b.device_overlap = false;
+    else if (!lever.empty())
+      fail("--cuda-off: unknown lever \"{}\" (expected graph, fusion or overlap)", lever);
+    start = end + 1;
+  }
   return b;
 }
 

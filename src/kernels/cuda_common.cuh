@@ -56,4 +56,16 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return v;
 }
 
+// Max over the block, as block_sum.
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_max(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : -INFINITY;
+  v = warp_max(v);
+  __syncthreads();
+  return v;
+}
+
 }  // namespace qwick::cuda

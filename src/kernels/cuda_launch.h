@@ -5,12 +5,34 @@
 
 #include <cuda_runtime.h>
 
+#include <utility>
+
 namespace qwick::cuda {
 
 // Throws Error("<what>: <CUDA error string>") unless `status` is cudaSuccess.
 void check(cudaError_t status, const char* what);
 // After a launch: throws if the launch itself failed (bad configuration, no device, ...).
 void check_launch(const char* kernel);
+
+// kernel<<<grid, block, smem, stream>>>(args...); with `overlap`, as a programmatic dependent launch:
+// the kernel may start while the previous kernel on the stream still runs, so it must call
+// wait_for_previous_kernel() (matmul/gemv_core.cuh) before it reads anything earlier kernels wrote.
+// Kept in a CUDA graph when captured. Checked like check_launch.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   bool overlap, const char* name, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = overlap ? 1 : 0;
+  check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), name);
+}
 
 inline unsigned blocks_for(long long n, int per_block) {
   return static_cast<unsigned>((n + per_block - 1) / per_block);

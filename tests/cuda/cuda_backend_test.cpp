@@ -31,14 +31,19 @@ struct RunSpec {
   int64_t decode_from = -1;  // prefill this many, then decode the rest
   bool graphs = true;
   std::string device = "cuda";
+  bool fusion = true, overlap = true;
+  bool int8 = false;  // int8 decode activations against 4-bit weights (device_int8, not exact)
 };
 
 std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& tokens, const RunSpec& run) {
   BackendOptions opt;
   opt.max_context = 4096;
   opt.device_graphs = run.graphs;
+  opt.device_fusion = run.fusion;
+  opt.device_overlap = run.overlap;
   opt.threads = 4;
-  opt.cpu_exact = true;  // the CPU side as the f32 reference, not its int8/bf16 fast path
+  opt.exact = !run.int8;  // by default the f32 reference numerics, not the int8/bf16 fast paths
+  opt.device_int8 = run.int8;
   auto backend = make_backend(run.device, model, opt);
   const int64_t T = static_cast<int64_t>(tokens.size()), V = model.config.vocab_size;
   std::vector<float> logits(static_cast<size_t>(T * V), NAN);
@@ -155,6 +160,31 @@ TEST(CudaBackend, GraphDecodeEqualsPlainDecode) {
   }
 }
 
+// The decode levers: overlapping launches change only scheduling (identical logits); unfused decode
+// applies each norm before its projection instead of after (f32 rounding only). And the int8
+// activations (device_int8), whose error on these fixtures is printed: their random weights amplify
+// small perturbations (the CPU's int8 decode path moves small/mlx4 by 5.8e-2).
+TEST(CudaBackend, DecodeLeversKeepTheLogits) {
+  QWICK_REQUIRE_GPU();
+  for (const char* dir : {"tiny/mlx4", "small/mlx4"}) {
+    SCOPED_TRACE(dir);
+    const auto model = load_model(test::fixture(dir));
+    const Fixture fx(std::string(dir).substr(0, std::string(dir).find('/')));
+    RunSpec all{512, 10};
+    RunSpec no_overlap = all, unfused = all;
+    no_overlap.overlap = false;
+    unfused.fusion = false;
+    const auto a = logits_of(*model, fx.tokens, all);
+    EXPECT_EQ(a, logits_of(*model, fx.tokens, no_overlap));
+    EXPECT_LT(rel_err(a, logits_of(*model, fx.tokens, unfused)), 1e-4);
+    RunSpec q8 = all;
+    q8.int8 = true;
+    const double err = rel_err(logits_of(*model, fx.tokens, q8), a);
+    std::printf("[ fixture  ] %-18s int8 decode vs f32 decode rel_err %.3e\n", dir, err);
+    EXPECT_LT(err, 0.15);  // measured 9.6e-2 (tiny), 5.6e-2 (small); broken integer dots give ~1
+  }
+}
+
 TEST(CudaBackend, PrefillThenDecodeEqualsOnePrefill) {
   QWICK_REQUIRE_GPU();
   for (const char* dir : {"tiny/hf", "small/mlx4"}) {
@@ -229,9 +259,12 @@ TEST(CudaBackend, SnapshotRestoreContinuesExactly) {
   opt.max_context = 512;
   auto backend = make_backend("cuda", *model, opt);
   const int64_t V = model->config.vocab_size;
-  const std::vector<int32_t> tokens = read_i32_tensor(test::fixture("small/reference.safetensors").string(), "tokens");
-  const std::vector<int32_t> head(tokens.begin(), tokens.begin() + 40), tail(tokens.begin() + 40, tokens.begin() + 60);
-  std::vector<float> expected(static_cast<size_t>(V)), got(static_cast<size_t>(V)), scratch(static_cast<size_t>(V));
+  const std::vector<int32_t> tokens =
+      read_i32_tensor(test::fixture("small/reference.safetensors").string(), "tokens");
+  const std::vector<int32_t> head(tokens.begin(), tokens.begin() + 40),
+      tail(tokens.begin() + 40, tokens.begin() + 60);
+  std::vector<float> expected(static_cast<size_t>(V)), got(static_cast<size_t>(V)),
+      scratch(static_cast<size_t>(V));
   backend->prefill(head, scratch, {});
   const auto snap = backend->snapshot();
   EXPECT_EQ(snap->position(), 40);

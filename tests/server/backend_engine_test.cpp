@@ -28,7 +28,7 @@ std::unique_ptr<Backend> backend(int64_t max_context = 0) {
   // and whether it was prefilled or decoded, so reuse is bitwise invisible. (The fast products
   // choose int8 or bf16 activations by how many rows a product has, so there reuse changes
   // results by rounding, as recomputing with other chunk sizes does.)
-  o.cpu_exact = true;
+  o.exact = true;
   o.max_context = max_context;
   return make_cpu_backend(tiny(), o);
 }

@@ -29,7 +29,7 @@ std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& tok
   BackendOptions opt;
   opt.threads = 2;
   opt.kv_dtype = run.kv;
-  opt.cpu_exact = run.exact;
+  opt.exact = run.exact;
   auto backend = make_cpu_backend(model, opt);
   const int64_t T = static_cast<int64_t>(tokens.size()), V = model.config.vocab_size;
   std::vector<float> logits(static_cast<size_t>(T * V), NAN);

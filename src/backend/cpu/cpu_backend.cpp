@@ -35,7 +35,7 @@ class CpuBackend final : public Backend {
         pool_(options.threads),
         rope_(cfg_.rope_theta, cfg_.rotary_dim),
         max_context_(options.max_context > 0 ? options.max_context : cfg_.max_position_embeddings),
-        exact_(options.cpu_exact),
+        exact_(options.exact),
         seq_(cfg_, options.kv_dtype) {}
 
   std::string name() const override { return "cpu"; }

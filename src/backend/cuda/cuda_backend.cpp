@@ -31,7 +31,7 @@ namespace {
 
 using namespace cuda;
 
-constexpr int kAttentionSplits = 64;        // decode attention: context ranges per kv head
+constexpr int kAttentionSplits = 128;       // decode attention: context ranges per kv head
 constexpr int64_t kLogitRowsPerPass = 256;  // prefill with every row's logits: lm_head rows per GEMM
 
 // Fixed buffers of one decode step (the graph captures their addresses).
@@ -44,6 +44,7 @@ struct DecodeScratch {
   float *conv, *beta, *decay, *dn_out, *dn_normed;  // DeltaNet
   float *q, *partial, *att_out;                     // attention
   float* router;                                    // [E + 1]: router logits, then the shared gate logit
+  int32_t* route_counter;                           // [1] the fused router's block count (moe_decode)
   int32_t *ids, *gate_up_index, *down_index;
   float *weights, *gate_up, *act, *down;
   float* logits;  // [V]
@@ -86,7 +87,10 @@ class CudaBackend final : public Backend {
       : model_(model),
         cfg_(model.config),
         max_context_(options.max_context > 0 ? options.max_context : cfg_.max_position_embeddings),
-        use_graph_(options.device_graphs) {
+        use_graph_(options.device_graphs),
+        fuse_(options.device_fusion),
+        overlap_(options.device_overlap),
+        q8_(options.device_int8 && !options.exact) {
     if (options.kv_dtype != KvDtype::kBF16) fail("--kv-type: the CUDA backend keeps its KV cache in bf16");
     if (cfg_.n_heads % cfg_.n_kv_heads != 0) fail("n_heads must be a multiple of n_kv_heads");
     if (cfg_.expert_dim % kGemmTileRows != 0)
@@ -220,12 +224,14 @@ class CudaBackend final : public Backend {
 
   // Copies the state between the live buffers and a packed snapshot region, on the stream.
   void copy_state(uint8_t* packed, int64_t positions, bool to_snapshot) const {
-    const size_t head_rows = static_cast<size_t>(positions) * static_cast<size_t>(cfg_.head_dim) * sizeof(uint16_t);
-    const size_t head_stride = static_cast<size_t>(max_context_) * static_cast<size_t>(cfg_.head_dim) * sizeof(uint16_t);
+    const size_t head_rows =
+        static_cast<size_t>(positions) * static_cast<size_t>(cfg_.head_dim) * sizeof(uint16_t);
+    const size_t head_stride =
+        static_cast<size_t>(max_context_) * static_cast<size_t>(cfg_.head_dim) * sizeof(uint16_t);
     auto move = [&](void* live, size_t bytes) {
       if (bytes == 0) return;
-      check(cudaMemcpyAsync(to_snapshot ? packed : live, to_snapshot ? live : packed, bytes, cudaMemcpyDeviceToDevice,
-                            stream_),
+      check(cudaMemcpyAsync(to_snapshot ? packed : live, to_snapshot ? live : packed, bytes,
+                            cudaMemcpyDeviceToDevice, stream_),
             "snapshot copy");
       packed += bytes;
     };
@@ -301,6 +307,7 @@ class CudaBackend final : public Backend {
       d_.partial = c.take<float>(u(cfg_.n_heads) * kAttentionSplits * u(cfg_.head_dim + 2));
       d_.att_out = c.take<float>(u(nq_hd));
       d_.router = c.take<float>(u(E + 1));
+      d_.route_counter = c.take<int32_t>(1);
       d_.ids = c.take<int32_t>(u(k));
       d_.gate_up_index = c.take<int32_t>(u(2 * k + 2));
       d_.down_index = c.take<int32_t>(u(k + 1));
@@ -315,6 +322,7 @@ class CudaBackend final : public Backend {
     decode_buf_ = DeviceBuffer(sizing.used());
     Carver real(decode_buf_.data());
     carve(real);
+    check(cudaMemsetAsync(d_.route_counter, 0, sizeof(int32_t), stream_), "route counter");
     check(cudaMemcpyAsync(d_.sampling, &sampling_, sizeof sampling_, cudaMemcpyHostToDevice, stream_),
           "sampling");
     sync();
@@ -400,8 +408,9 @@ class CudaBackend final : public Backend {
            tokens.size(), max_context_);
   }
 
-  static GemvArgs gemv_args(const DeviceMatrix& m) {
+  GemvArgs gemv_args(const DeviceMatrix& m) const {
     GemvArgs a;
+    a.overlap = overlap_;
     a.single = m;
     a.format = m.format;
     a.max_rows = m.rows;
@@ -409,11 +418,17 @@ class CudaBackend final : public Backend {
     return a;
   }
 
-  void gemv_one(const DeviceMatrix& m, const float* x, float* y, bool accumulate) {
+  // y = m · x, or y += m · x; with `norm`, x is the residual stream and the product reads
+  // RMSNorm(x) with that weight (fused into the gemv's load).
+  void gemv_one(const DeviceMatrix& m, const float* x, float* y, bool accumulate,
+                const float* norm = nullptr) {
     GemvArgs a = gemv_args(m);
     a.x = x;
     a.y = y;
     a.accumulate = accumulate;
+    a.norm_weight = norm;
+    a.eps = cfg_.rms_norm_eps;
+    a.q8 = q8_ && gemv_q8_fits(m);
     gemv(a, stream_);
   }
 
@@ -431,26 +446,34 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // Problem p: mats[p] · x -> y + p·y_stride, one launch when the formats agree.
+  // Problem p: mats[p] · x -> y + p·y_stride, one launch when the formats agree; `norm` as gemv_one.
   void gemv_stack(std::initializer_list<DeviceMatrix> mats, const DeviceMatrix* table, const float* x,
-                  float* y, int64_t y_stride) {
+                  float* y, int64_t y_stride, const float* norm = nullptr) {
     const DeviceMatrix& first = *mats.begin();
     const bool uniform =
         std::all_of(mats.begin(), mats.end(), [&](const DeviceMatrix& m) { return same_format(m, first); });
-    if (!uniform) {
+    if (!uniform || mats.size() > kGemvMaxStack) {
       int64_t p = 0;
-      for (const DeviceMatrix& m : mats) gemv_one(m, x, y + y_stride * p++, false);
+      for (const DeviceMatrix& m : mats) gemv_one(m, x, y + y_stride * p++, false, norm);
       return;
     }
     GemvArgs a;
+    a.overlap = overlap_;
     a.table = table;
     a.problems = static_cast<int>(mats.size());
     a.format = first.format;
-    for (const DeviceMatrix& m : mats)
+    int p = 0;
+    for (const DeviceMatrix& m : mats) {
       a.max_rows = std::max(a.max_rows, m.rows), a.max_cols = std::max(a.max_cols, m.cols);
+      a.stack_rows[p++] = m.rows;
+    }
     a.x = x;
     a.y = y;
     a.y_stride = y_stride;
+    a.norm_weight = norm;
+    a.eps = cfg_.rms_norm_eps;
+    a.q8 =
+        q8_ && std::all_of(mats.begin(), mats.end(), [](const DeviceMatrix& m) { return gemv_q8_fits(m); });
     gemv(a, stream_);
   }
 
@@ -503,7 +526,9 @@ class CudaBackend final : public Backend {
     check(status, "cudaGraphInstantiate");
   }
 
-  // Every kernel of one decode step, in order, on stream_.
+  // Every kernel of one decode step, in order, on stream_. With fusion (the default) each RMSNorm
+  // is folded into the projections that read it and the MoE runs as moe_decode's three kernels;
+  // without, the norms, routing, SwiGLU and combine are kernels of their own (the ablation baseline).
   void enqueue_step() {
     const int64_t H = cfg_.hidden_size;
     const float eps = cfg_.rms_norm_eps;
@@ -511,23 +536,40 @@ class CudaBackend final : public Backend {
     for (int L = 0; L < cfg_.n_layers(); ++L) {
       const CudaLayerWeights& lw = weights_.layers[static_cast<size_t>(L)];
       const int slot = slot_[static_cast<size_t>(L)];
-      rms_norm_rows(d_.x, 1, H, lw.input_norm, eps, d_.normed, nullptr, stream_);
+      const float* input_norm = fused_norm(lw.input_norm);
+      if (!input_norm) rms_norm_rows(d_.x, 1, H, lw.input_norm, eps, d_.normed, nullptr, stream_);
       if (const auto* att = std::get_if<CudaAttentionWeights>(&lw.mixer))
-        decode_attention(*att, slot);
+        decode_attention(*att, slot, input_norm);
       else
-        decode_deltanet(std::get<CudaDeltaNetWeights>(lw.mixer), slot);
-      rms_norm_rows(d_.x, 1, H, lw.post_norm, eps, d_.normed, nullptr, stream_);
-      decode_moe(lw.moe);
+        decode_deltanet(std::get<CudaDeltaNetWeights>(lw.mixer), slot, input_norm);
+      if (fuse_ &&
+          moe_decode_fits(lw.moe.router.format, lw.moe.expert_format, cfg_.expert_dim, cfg_.shared_expert_dim,
+                          cfg_.n_experts_per_tok) &&
+          same_format(lw.moe.router, lw.moe.shared_gate) &&
+          same_format(lw.moe.shared_gate_proj, lw.moe.shared_up) &&
+          lw.moe.shared_gate_proj.format == lw.moe.expert_format &&
+          lw.moe.shared_down.format == lw.moe.expert_format) {
+        decode_moe_fused(lw);
+      } else {
+        rms_norm_rows(d_.x, 1, H, lw.post_norm, eps, d_.normed, nullptr, stream_);
+        decode_moe(lw.moe);
+      }
     }
-    rms_norm_rows(d_.x, 1, H, weights_.final_norm, eps, d_.normed, nullptr, stream_);
-    gemv_one(weights_.lm_head, d_.normed, d_.logits, false);
+    const float* final_norm = fused_norm(weights_.final_norm);
+    if (!final_norm) rms_norm_rows(d_.x, 1, H, weights_.final_norm, eps, d_.normed, nullptr, stream_);
+    gemv_one(weights_.lm_head, final_norm ? d_.x : d_.normed, d_.logits, false, final_norm);
     sample_token(SampleArgs{d_.logits, cfg_.vocab_size, d_.sampling, d_.token, d_.position}, stream_);
   }
 
-  void decode_attention(const CudaAttentionWeights& w, int slot) {
+  // The norm weight when the projections fuse it (they then read the residual d_.x), else null (an
+  // rms_norm kernel writes d_.normed first).
+  const float* fused_norm(const float* weight) const { return fuse_ ? weight : nullptr; }
+  const float* mixer_input(const float* norm) const { return norm ? d_.x : d_.normed; }
+
+  void decode_attention(const CudaAttentionWeights& w, int slot, const float* input_norm) {
     const int64_t ps = proj_stride(), hd = cfg_.head_dim;
     const int64_t q_stride = cfg_.attn_output_gate ? 2 * hd : hd;
-    gemv_stack({w.q, w.k, w.v}, w.qkv_table, d_.normed, d_.proj, ps);
+    gemv_stack({w.q, w.k, w.v}, w.qkv_table, mixer_input(input_norm), d_.proj, ps, input_norm);
     const auto& [kc, vc] = kv_cache_[static_cast<size_t>(slot)];
     AttentionPrepArgs prep{d_.proj,
                            0,
@@ -570,22 +612,69 @@ class CudaBackend final : public Backend {
     gemv_one(w.o, d_.att_out, d_.x, true);
   }
 
-  void decode_deltanet(const CudaDeltaNetWeights& w, int slot) {
+  void decode_deltanet(const CudaDeltaNetWeights& w, int slot, const float* input_norm) {
     const int64_t ps = proj_stride();
-    gemv_stack({w.qkv, w.z, w.b, w.a}, w.proj_table, d_.normed, d_.proj, ps);
+    gemv_stack({w.qkv, w.z, w.b, w.a}, w.proj_table, mixer_input(input_norm), d_.proj, ps, input_norm);
     const auto& [conv_state, rec_state] = deltanet_state_[static_cast<size_t>(slot)];
-    deltanet_conv({d_.proj, 0, 1, cfg_.conv_channels(), w.conv, cfg_.conv_kernel, conv_state, d_.conv, 0},
-                  stream_);
-    deltanet_prepare({d_.conv, 0, 1, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, d_.proj + 2 * ps,
-                      d_.proj + 3 * ps, 0, w.a_neg, w.dt_bias, d_.beta, d_.decay},
-                     stream_);
+    const DeltaNetConvArgs conv{d_.proj,    0,       1, cfg_.conv_channels(), w.conv, cfg_.conv_kernel,
+                                conv_state, d_.conv, 0};
+    if (fuse_) {
+      deltanet_decode_prepare({conv, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, d_.proj + 2 * ps,
+                               d_.proj + 3 * ps, w.a_neg, w.dt_bias, d_.beta, d_.decay},
+                              stream_);
+    } else {
+      deltanet_conv(conv, stream_);
+      deltanet_prepare({d_.conv, 0, 1, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads,
+                        d_.proj + 2 * ps, d_.proj + 3 * ps, 0, w.a_neg, w.dt_bias, d_.beta, d_.decay},
+                       stream_);
+    }
     deltanet_scan({d_.conv, 0, d_.beta, d_.decay, 1, cfg_.lin_n_k_heads, cfg_.lin_n_v_heads, cfg_.lin_k_dim,
                    cfg_.lin_v_dim, rec_state, d_.dn_out, 0},
                   stream_);
+    if (fuse_) {
+      // out_proj · gated_norm(o, z): the per-head norm and the gate applied as the gemv reads o.
+      GemvArgs a = gemv_args(w.out);
+      a.x = d_.dn_out;
+      a.gate_z = d_.proj + ps;
+      a.head_dim = cfg_.lin_v_dim;
+      a.norm_weight = w.norm;
+      a.eps = cfg_.rms_norm_eps;
+      a.y = d_.x;
+      a.accumulate = true;
+      a.q8 = q8_ && gemv_q8_fits(w.out);
+      gemv(a, stream_);
+      return;
+    }
     gated_rms_norm_rows({d_.dn_out, 0, d_.proj + ps, 0, 1, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm,
                          cfg_.rms_norm_eps, d_.dn_normed, nullptr, 0},
                         stream_);
     gemv_one(w.out, d_.dn_normed, d_.x, true);
+  }
+
+  void decode_moe_fused(const CudaLayerWeights& lw) {
+    const CudaMoeWeights& w = lw.moe;
+    MoeDecodeArgs a;
+    a.x = d_.x;
+    a.norm_weight = lw.post_norm;
+    a.eps = cfg_.rms_norm_eps;
+    a.H = cfg_.hidden_size;
+    a.I = cfg_.expert_dim;
+    a.E = cfg_.n_experts;
+    a.k = cfg_.n_experts_per_tok;
+    a.route_table = w.route_table;
+    a.route_format = w.router.format;
+    a.experts = w.experts;
+    a.expert_format = w.expert_format;
+    a.logits = d_.router;
+    a.ids = d_.ids;
+    a.weights = d_.weights;
+    a.counter = d_.route_counter;
+    a.act = d_.act;
+    a.q8 = q8_ && w.expert_format == WeightFormat::kAffine4 && w.expert_group_size % 64 == 0 &&
+           w.expert_group_size > 0 && cfg_.expert_dim % 64 == 0 && gemv_q8_fits(w.shared_gate_proj) &&
+           gemv_q8_fits(w.shared_up) && gemv_q8_fits(w.shared_down);
+    a.overlap = overlap_;
+    moe_decode(a, stream_);
   }
 
   void decode_moe(const CudaMoeWeights& w) {
@@ -598,6 +687,7 @@ class CudaBackend final : public Backend {
                             w.shared_gate_proj.format == w.expert_format &&
                             w.shared_down.format == w.expert_format;
     GemvArgs gu;
+    gu.overlap = overlap_;
     gu.table = w.experts;
     gu.index = d_.gate_up_index;
     gu.problems = static_cast<int>(shared_too ? 2 * k + 2 : 2 * k);
@@ -616,6 +706,7 @@ class CudaBackend final : public Backend {
     swiglu(d_.gate_up + 2 * k * Im, d_.gate_up + (2 * k + 1) * Im, Im, 1, cfg_.shared_expert_dim,
            d_.act + k * Im, Im, false, stream_);
     GemvArgs dn;
+    dn.overlap = overlap_;
     dn.table = w.experts;
     dn.index = d_.down_index;
     dn.problems = static_cast<int>(shared_too ? k + 1 : k);
@@ -814,7 +905,7 @@ class CudaBackend final : public Backend {
   const Model& model_;
   const ModelConfig& cfg_;
   int64_t max_context_;
-  bool use_graph_;
+  bool use_graph_, fuse_, overlap_, q8_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t token_ready_ = nullptr;
   int32_t* host_token_ = nullptr;                  // pinned: the chosen token comes back here

@@ -268,8 +268,11 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
     for (size_t id : lp.experts) tables.push_back(M(id));
     tables.insert(tables.end(), {m.shared_gate_proj, m.shared_up, m.shared_down});
     m.expert_format = lp.experts.empty() ? WeightFormat::kBF16 : M(lp.experts[0]).format;
-    for (size_t id : lp.experts)
+    m.expert_group_size = lp.experts.empty() ? 0 : M(lp.experts[0]).group_size;
+    for (size_t id : lp.experts) {
       if (M(id).format != m.expert_format) fail("layer {}: the routed experts mix weight formats", L);
+      if (M(id).group_size != m.expert_group_size) m.expert_group_size = 0;  // mixed: no int8 activations
+    }
     out.layers.push_back(cl);
   }
   out.tables = DeviceBuffer(tables.size() * sizeof(DeviceMatrix));

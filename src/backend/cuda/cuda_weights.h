@@ -38,6 +38,7 @@ struct CudaMoeWeights {
   DeviceMatrix shared_gate_proj, shared_up, shared_down;
   const DeviceMatrix* experts;  // device [(E + 1) · 3]: gate, up, down of expert e at 3e; shared at 3E
   WeightFormat expert_format;   // of every routed expert matrix
+  int expert_group_size = 0;    // of every routed expert matrix (0: they differ)
 };
 
 struct CudaLayerWeights {

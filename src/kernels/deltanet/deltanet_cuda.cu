@@ -1,4 +1,6 @@
 // Gated DeltaNet stages on the GPU (contracts and layouts in deltanet_cuda.h).
+#include <algorithm>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
 #include "kernels/deltanet/deltanet_cuda.h"
@@ -48,6 +50,56 @@ __global__ void prepare_kernel(DeltaNetPrepareArgs a) {
     a.beta[t * a.Hv + h] = sigmoidf_(a.b[t * a.ld_ba + h]);
     a.decay[t * a.Hv + h] = expf(a.a_neg[h] * softplusf_(a.a[t * a.ld_ba + h] + a.dt_bias[h]));
   }
+}
+
+// Conv + SiLU of one channel for one row, updating its window.
+template <int K>
+__device__ __forceinline__ float conv_one(const DeltaNetConvArgs& a, int64_t c) {
+  float acc = 0.0f, hist[K - 1];
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) hist[j] = a.state[j * a.C + c], acc += a.w[c * K + j] * hist[j];
+  const float x = a.in[c];
+  acc += a.w[c * K + K - 1] * x;
+#pragma unroll
+  for (int j = 0; j + 1 < K - 1; ++j) a.state[j * a.C + c] = hist[j + 1];
+  a.state[(K - 2) * a.C + c] = x;
+  return siluf_(acc);
+}
+
+constexpr int kPrepThreads = 128;
+
+template <int K>
+__global__ void __launch_bounds__(kPrepThreads) decode_prepare_kernel(DeltaNetDecodePrepArgs a) {
+  __shared__ float scratch[32];
+  const int qk_blocks = 2 * a.Hk;
+  if (static_cast<int>(blockIdx.x) < qk_blocks) {  // q head or k head: conv, then the L2 norm over the head
+    const int64_t c0 = static_cast<int64_t>(blockIdx.x) * a.Dk;
+    float v[4], ss = 0.0f;  // Dk <= 4 · kPrepThreads
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int d = threadIdx.x + i * kPrepThreads;
+      v[i] = d < a.Dk ? conv_one<K>(a.conv, c0 + d) : 0.0f;
+      ss += v[i] * v[i];
+    }
+    ss = block_sum(ss, scratch);
+    const float scale = (1.0f / sqrtf(ss + 1e-6f)) *
+                        (static_cast<int>(blockIdx.x) < a.Hk ? 1.0f / sqrtf(static_cast<float>(a.Dk)) : 1.0f);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int d = threadIdx.x + i * kPrepThreads;
+      if (d < a.Dk) a.conv.out[c0 + d] = v[i] * scale;
+    }
+    return;
+  }
+  const int vb = static_cast<int>(blockIdx.x) - qk_blocks;
+  const int64_t c =
+      static_cast<int64_t>(qk_blocks) * a.Dk + static_cast<int64_t>(vb) * kPrepThreads + threadIdx.x;
+  if (c < a.conv.C) a.conv.out[c] = conv_one<K>(a.conv, c);
+  if (vb == 0)
+    for (int h = threadIdx.x; h < a.Hv; h += kPrepThreads) {
+      a.beta[h] = sigmoidf_(a.b[h]);
+      a.decay[h] = expf(a.a_neg[h] * softplusf_(a.a[h] + a.dt_bias[h]));
+    }
 }
 
 constexpr int kScanRowsPerWarp = 8;
@@ -154,6 +206,28 @@ void deltanet_prepare(const DeltaNetPrepareArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
   prepare_kernel<<<static_cast<unsigned>(a.n), 256, 0, stream>>>(a);
   check_launch("deltanet_prepare");
+}
+
+void deltanet_decode_prepare(const DeltaNetDecodePrepArgs& a, cudaStream_t stream) {
+  if (a.Dk > 4 * kPrepThreads || a.conv.n != 1)
+    check(cudaErrorInvalidValue, "deltanet_decode_prepare: shape");
+  const int64_t v_channels = a.conv.C - 2 * int64_t{a.Hk} * a.Dk;
+  const unsigned blocks =
+      static_cast<unsigned>(2 * a.Hk) + std::max(1u, blocks_for(v_channels, kPrepThreads));
+  switch (a.conv.K) {
+    case 2:
+      decode_prepare_kernel<2><<<blocks, kPrepThreads, 0, stream>>>(a);
+      break;
+    case 3:
+      decode_prepare_kernel<3><<<blocks, kPrepThreads, 0, stream>>>(a);
+      break;
+    case 4:
+      decode_prepare_kernel<4><<<blocks, kPrepThreads, 0, stream>>>(a);
+      break;
+    default:
+      check(cudaErrorInvalidValue, "deltanet_decode_prepare: kernel size must be 2..4");
+  }
+  check_launch("deltanet_decode_prepare");
 }
 
 void deltanet_scan(const DeltaNetScanArgs& a, cudaStream_t stream) {

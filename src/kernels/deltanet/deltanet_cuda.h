@@ -50,6 +50,21 @@ struct DeltaNetPrepareArgs {
 };
 void deltanet_prepare(const DeltaNetPrepareArgs& a, cudaStream_t stream);
 
+// Decode (one row): deltanet_conv and deltanet_prepare in one launch, a block per q or k head (conv,
+// SiLU, L2 norm) and blocks of 128 value channels (conv, SiLU), the first of which also computes
+// the gates. Same results as the two kernels.
+struct DeltaNetDecodePrepArgs {
+  DeltaNetConvArgs conv;  // n = 1
+  int Hk, Dk, Hv;
+  const float* b;  // [Hv]
+  const float* a;
+  const float* a_neg;
+  const float* dt_bias;
+  float* beta;  // [Hv]
+  float* decay;
+};
+void deltanet_decode_prepare(const DeltaNetDecodePrepArgs& a, cudaStream_t stream);
+
 struct DeltaNetScanArgs {
   const float* qkv;  // normalised rows [n, ld]: q | k | v; value head h reads key head h / (Hv / Hk)
   int64_t ld;

@@ -1,96 +1,153 @@
 // Decode GEMV: y = W·x for one f32 row x, weights in file format (see matmul_cuda.h).
 //
-// Block: 8 warps, each owning kRowsPerWarp consecutive weight rows. Lane l reads chunks l, l+32, ...
-// of each row (16 bytes per load, coalesced across the warp) and accumulates
-//   Σ_i (q_i·s + b)·x_i = s·Σ q_i·x_i + b·Σ x_i      (affine; fewer multiplies per element)
-// then the warp reduces. x is staged in shared memory with 4 floats of padding after each chunk, so
-// the eight lanes of one 16-byte access phase hit distinct banks.
+// Block: 8 warps. The block stages the (transformed) input in shared memory, then each group of `sub`
+// lanes runs dot_rows (gemv_core.cuh) over kRows consecutive rows of one problem per step (the whole
+// warp for inputs of 32 chunks and more, see gemv_group_lanes). Large matrices give a block several
+// steps so the staging is shared by more rows. A stack of matrices is laid out as consecutive block
+// ranges, one per problem, so no block idles on a short matrix.
 //
-// Test: tests/cuda/cuda_kernels_test.cu (Gemv.*) against matmul_rows_reference.
+// Test: tests/cuda/cuda_kernels_test.cpp (Gemv.*) against matmul_rows_reference and the CPU norms.
 #include "kernels/cuda_launch.h"
-#include "kernels/matmul/dequant.cuh"
+#include "kernels/matmul/gemv_core.cuh"
 
 namespace qwick::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr int kRowsPerWarp = 2;
-constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
+constexpr int kMaxSteps = 8;
 
-template <WeightFormat F>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a) {
+enum class Transform { kPlain, kNorm, kGatedNorm };
+
+struct GemvLaunch {
+  GemvArgs a;
+  int sub = 32;           // lanes per row
+  int steps = 1;          // row steps per block
+  int64_t rows_per_step;  // kWarps · (32 / sub) · kRows
+  bool stacked = false;   // problem p owns blocks [first_block[p], first_block[p + 1])
+  int32_t first_block[kGemvMaxStack + 1] = {};
+};
+
+template <WeightFormat F, Transform T, bool kQ8, int kRows, int kUnroll, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(const GemvLaunch L) {
   constexpr int E = ChunkTraits<F>::kElems;
-  constexpr int kStride = E + 4;  // padded floats per chunk in shared memory
-  extern __shared__ float4 xs4[];
-  float* xs = reinterpret_cast<float*>(xs4);
-
-  const int p = blockIdx.y;
-  const DeviceMatrix m = a.table ? a.table[a.index ? a.index[p] : p] : a.single;
-  const int64_t block_row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
-  if (block_row >= m.rows) return;  // uniform over the block: this problem's matrix is shorter
-
-  const float* x = a.x + p * a.x_stride;
-  const int64_t chunks = m.cols / E;
-  for (int64_t i = threadIdx.x; i < m.cols; i += blockDim.x) xs[(i / E) * kStride + i % E] = x[i];
-  __syncthreads();
-
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t row0 = block_row + warp * kRowsPerWarp;
-  float acc[kRowsPerWarp] = {};
-#pragma unroll 2
-  for (int64_t c = lane; c < chunks; c += 32) {
-    float xv[E];
-    const float4* xp = reinterpret_cast<const float4*>(xs + c * kStride);
-#pragma unroll
-    for (int j = 0; j < E / 4; ++j) {
-      const float4 v = xp[j];
-      xv[4 * j] = v.x, xv[4 * j + 1] = v.y, xv[4 * j + 2] = v.z, xv[4 * j + 3] = v.w;
-    }
-    float xsum = 0.0f;
-    if constexpr (F != WeightFormat::kBF16) {
-#pragma unroll
-      for (int i = 0; i < E; ++i) xsum += xv[i];
-    }
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int64_t row = row0 + r;
-      if (row >= m.rows) break;
-      const uint4 w = reinterpret_cast<const uint4*>(m.data + row * m.row_bytes)[c];
-      float dot = 0.0f;
-#pragma unroll
-      for (int i = 0; i < E; ++i) dot += chunk_value<F>(w, i, 1.0f, 0.0f) * xv[i];
-      if constexpr (F == WeightFormat::kBF16) {
-        acc[r] += dot;
-      } else {
-        float s, b;
-        group_params(m, row, c * E, &s, &b);
-        acc[r] += s * dot + b * xsum;
-      }
-    }
+  extern __shared__ float4 smem4[];
+  float* xs = reinterpret_cast<float*>(smem4);
+  // int8 form after the f32 staging and its 32 floats of scratch (kQ8)
+  uint8_t* xq = reinterpret_cast<uint8_t*>(xs + staged_floats<E>(L.a.max_cols) + 32);
+  let_next_kernel_start();
+  const GemvArgs& a = L.a;
+  int p = static_cast<int>(blockIdx.y);
+  int64_t block = blockIdx.x;
+  if (L.stacked) {
+    p = 0;
+    while (p + 1 < a.problems && static_cast<int32_t>(blockIdx.x) >= L.first_block[p + 1]) ++p;
+    block -= L.first_block[p];
   }
+  const bool indexed = a.table && a.index;
+  if (indexed) wait_for_previous_kernel();  // the index list comes from an earlier kernel
+  const DeviceMatrix m = a.table ? a.table[indexed ? a.index[p] : p] : a.single;
+  const int64_t block_row = block * L.rows_per_step * L.steps;
+  if (block_row >= m.rows) {  // uniform over the block: a shorter matrix of the problems
+    wait_for_previous_kernel();
+    return;
+  }
+  const float* x = a.x + p * a.x_stride;
+  float factor = 1.0f;
+  auto stage = [&] {
+    wait_for_previous_kernel();  // x comes from an earlier kernel
+    if constexpr (T == Transform::kNorm)
+      factor = stage_norm<E>(x, a.norm_weight, a.eps, m.cols, xs, xs + staged_floats<E>(a.max_cols));
+    else if constexpr (T == Transform::kGatedNorm)
+      stage_gated_norm<E>(x, a.gate_z + p * a.x_stride, a.norm_weight, a.eps, a.head_dim, m.cols, xs);
+    else
+      stage_plain<E>(x, m.cols, xs, threadIdx.x, blockDim.x);
+    __syncthreads();
+    if constexpr (kQ8) {
+      stage_q8(xs, m.cols, xq, threadIdx.x, blockDim.x);
+      __syncthreads();
+    }
+  };
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int group = lane / L.sub, lane_g = lane % L.sub;
   float* y = a.y + p * a.y_stride;
+  for (int s = 0; s < L.steps; ++s) {
+    const int64_t row0 =
+        block_row + s * L.rows_per_step + static_cast<int64_t>(warp * (32 / L.sub) + group) * kRows;
+    WeightRow rows[kRows];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-    const float v = warp_sum(acc[r]);
-    const int64_t row = row0 + r;
-    if (lane == 0 && row < m.rows) y[row] = a.accumulate ? y[row] + v : v;
+    for (int r = 0; r < kRows; ++r) rows[r] = weight_row(m, row0 + r);
+    float acc[kRows];
+    dot_rows<F, kRows, kUnroll, kQ8>(rows, m.cols / E, m.group_size, L.sub, lane_g,
+                                     kQ8 ? static_cast<const void*>(xq) : xs, s == 0, stage, acc);
+    if (lane_g != 0) continue;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = row0 + r;
+      if (row < m.rows) y[row] = a.accumulate ? y[row] + factor * acc[r] : factor * acc[r];
+    }
   }
 }
 
-template <WeightFormat F>
-void launch(const GemvArgs& a, cudaStream_t stream) {
+template <WeightFormat F, Transform T, bool kQ8, int kRows, int kUnroll, int kMinBlocks>
+void launch_shape(const GemvArgs& a, cudaStream_t stream) {
   constexpr int E = ChunkTraits<F>::kElems;
-  const size_t smem = static_cast<size_t>((a.max_cols + E - 1) / E * (E + 4)) * sizeof(float);
+  GemvLaunch L;
+  L.a = a;
+  L.sub = gemv_group_lanes(a.max_cols / E);
+  L.rows_per_step = int64_t{kWarps} * (32 / L.sub) * kRows;
+  dim3 grid;
+  if (a.table && !a.index && a.problems <= kGemvMaxStack && a.stack_rows[0] > 0) {
+    L.stacked = true;
+    for (int p = 0; p < a.problems; ++p)
+      L.first_block[p + 1] = L.first_block[p] + static_cast<int32_t>(blocks_for(
+                                                    a.stack_rows[p], static_cast<int>(L.rows_per_step)));
+    grid = dim3(static_cast<unsigned>(L.first_block[a.problems]), 1);
+  } else {
+    // Several steps per block once there are blocks to spare (the lm_head): staging shared by more rows.
+    constexpr int64_t kEnoughBlocks = 132 * 4;
+    while (L.steps < kMaxSteps &&
+           static_cast<int64_t>(blocks_for(a.max_rows, static_cast<int>(L.rows_per_step) * L.steps * 2)) *
+                   a.problems >=
+               kEnoughBlocks)
+      L.steps *= 2;
+    grid = dim3(blocks_for(a.max_rows, static_cast<int>(L.rows_per_step) * L.steps),
+                static_cast<unsigned>(a.problems));
+  }
+  const size_t smem = sizeof(float) * static_cast<size_t>(staged_floats<E>(a.max_cols) + 32) +
+                      (kQ8 ? static_cast<size_t>(q8_staged_bytes(a.max_cols)) : 0);
   if (smem > 48 * 1024) {  // inputs past 10K columns; never during the decode graph's capture
     static bool configured = false;
     if (!configured)
-      check(cudaFuncSetAttribute(gemv_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024),
+      check(cudaFuncSetAttribute(gemv_kernel<F, T, kQ8, kRows, kUnroll, kMinBlocks>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024),
             "gemv: shared memory limit");
     configured = true;
   }
-  const dim3 grid(blocks_for(a.max_rows, kRowsPerBlock), static_cast<unsigned>(a.problems));
-  gemv_kernel<F><<<grid, kWarps * 32, smem, stream>>>(a);
-  check_launch("gemv");
+  launch_kernel(gemv_kernel<F, T, kQ8, kRows, kUnroll, kMinBlocks>, grid, dim3(kWarps * 32), smem, stream,
+                a.overlap, "gemv", L);
+}
+
+// Four rows per lane group with two chunks each in flight, two blocks per multiprocessor: measured
+// best of (rows, chunks, blocks) = (4, 2, 2), (4, 1, 2), (2, 2, 2), (8, 1, 1), (4, 2, 1) on the H200
+// (docs/gpu-notes.md, decode run 4).
+template <WeightFormat F, Transform T>
+void launch(const GemvArgs& a, cudaStream_t stream) {
+  if constexpr (F == WeightFormat::kAffine4)
+    if (a.q8) return launch_shape<F, T, true, 4, 2, 2>(a, stream);
+  launch_shape<F, T, false, 4, 2, 2>(a, stream);
+}
+
+template <WeightFormat F>
+void launch_format(const GemvArgs& a, cudaStream_t stream) {
+  if (a.gate_z) {
+    if (a.head_dim <= 0 || a.max_cols % a.head_dim != 0)
+      check(cudaErrorInvalidValue, "gemv: the gated norm's heads must divide the input");
+    launch<F, Transform::kGatedNorm>(a, stream);
+  } else if (a.norm_weight) {
+    launch<F, Transform::kNorm>(a, stream);
+  } else {
+    launch<F, Transform::kPlain>(a, stream);
+  }
 }
 
 }  // namespace
@@ -98,11 +155,11 @@ void launch(const GemvArgs& a, cudaStream_t stream) {
 void gemv(const GemvArgs& a, cudaStream_t stream) {
   switch (a.format) {
     case WeightFormat::kAffine4:
-      return launch<WeightFormat::kAffine4>(a, stream);
+      return launch_format<WeightFormat::kAffine4>(a, stream);
     case WeightFormat::kAffine8:
-      return launch<WeightFormat::kAffine8>(a, stream);
+      return launch_format<WeightFormat::kAffine8>(a, stream);
     case WeightFormat::kBF16:
-      return launch<WeightFormat::kBF16>(a, stream);
+      return launch_format<WeightFormat::kBF16>(a, stream);
     default:
       check(cudaErrorInvalidValue, "gemv: weights must be affine 4/8-bit or bf16 on the GPU");
   }

@@ -1,8 +1,9 @@
 // Matrix products on the GPU against weights in their file format (see model/weight_matrix.h).
 //
-//   gemv  decode: y = W·x for one f32 activation row, f32 accumulation. A warp owns two weight rows
-//         and streams them with 16-byte loads (32 weights of 4-bit, 16 of 8-bit, 8 of bf16 per lane),
-//         dequantizing in registers; x sits in shared memory, padded so those reads are conflict-free.
+//   gemv  decode: y = W·x for one f32 activation row, f32 accumulation. The block stages x in shared
+//         memory (fusing the op that produced it: RMSNorm, gated RMSNorm); a group of lanes owns four
+//         weight rows and streams them with 16-byte loads (32 weights of 4-bit, 16 of 8-bit, 8 of bf16
+//         per lane), dequantizing in registers (gemv_core.cuh).
 //   gemm  prefill: Y = X·Wᵀ for many bf16 activation rows on the tensor cores (mma.sync m16n8k16,
 //         bf16 in, f32 accumulate). A 64×64 output tile per block: each 64-column slice of W is
 //         dequantized into shared memory right before use, so the full-precision W never exists.
@@ -33,20 +34,39 @@ struct DeviceMatrix {
   const uint16_t* biases = nullptr;
 };
 
+inline constexpr int kGemvMaxStack = 8;
+
 struct GemvArgs {
   DeviceMatrix single;                  // the matrix when `table` is null
   const DeviceMatrix* table = nullptr;  // device array
   const int32_t* index = nullptr;       // device [problems]: table entry of problem p; null: entry p
   int problems = 1;
   WeightFormat format = WeightFormat::kBF16;  // of every matrix involved
-  int64_t max_rows = 0, max_cols = 0;         // over every matrix involved (grid and shared memory)
-  const float* x = nullptr;                   // problem p reads x + p * x_stride (x_stride 0: one shared x)
+  int64_t max_rows = 0, max_cols = 0;         // over every matrix involved (grid)
+  // A stack (table without index, at most kGemvMaxStack problems): each problem's rows, so the grid
+  // covers exactly their rows; left 0, every problem gets max_rows' worth of blocks.
+  int64_t stack_rows[kGemvMaxStack] = {};
+  const float* x = nullptr;  // problem p reads x + p * x_stride (x_stride 0: one shared x)
   int64_t x_stride = 0;
   float* y = nullptr;  // problem p writes y + p * y_stride
   int64_t y_stride = 0;
   bool accumulate = false;  // y += W·x instead of y = W·x
+  // The input, transformed as it is read (see gemv_core.cuh); by default x as stored:
+  //   norm_weight               RMSNorm: W·(x · rsqrt(mean(x²) + eps) · norm_weight)
+  //   norm_weight and gate_z    gated RMSNorm per head of head_dim values (z read like x)
+  const float* norm_weight = nullptr;
+  const float* gate_z = nullptr;
+  int head_dim = 0;
+  float eps = 0.0f;
+  // int8 activations (matmul_q8.h's scheme, dp4a dots); only with 4-bit weights in groups of a
+  // multiple of 64 and inputs a multiple of 64 (gemv_q8_fits), which the caller checks.
+  bool q8 = false;
+  bool overlap = false;  // may start before the previous kernel ends (launch_kernel in cuda_launch.h)
 };
 void gemv(const GemvArgs& args, cudaStream_t stream);
+inline bool gemv_q8_fits(const DeviceMatrix& m) {
+  return m.format == WeightFormat::kAffine4 && m.group_size % 64 == 0 && m.cols % 64 == 0;
+}
 
 // A tile of the grouped GEMM: rows (slots) [begin, end) of group `group`, at most kGemmTileRows.
 struct GemmTile {

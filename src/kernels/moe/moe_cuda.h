@@ -54,6 +54,38 @@ void moe_group(const int32_t* ids, int64_t n, int k, int n_experts, const MoeGro
 void swiglu(const float* gate, const float* up, int64_t ld_in, int64_t rows, int64_t width, void* out,
             int64_t ld_out, bool out_bf16, cudaStream_t stream);
 
+// The decode MoE of one token in three kernels, the glue fused into the matrix-vector products
+// (moe_decode_cuda.cu, on the gemv core of matmul/gemv_core.cuh):
+//   router   logits = [router | shared gate] · RMSNorm(x); the last block to finish routes (top-k,
+//            renormalise) into ids / weights
+//   gate_up  per chosen expert and the shared one: act = silu(gate · RMSNorm(x)) · (up · RMSNorm(x)),
+//            gate and up rows read by the same lanes
+//   down     a warp per expert, the block's rows of every expert's down projection; the block adds
+//            Σ_j w_j · down_j + sigmoid(shared logit) · down_shared to x in a fixed order
+// Needs the router and shared gate in one format, every expert matrix in one format and the shared
+// expert as wide as the routed ones (moe_decode_fits); otherwise use the separate kernels.
+struct MoeDecodeArgs {
+  float* x;                  // [H] residual stream, added to
+  const float* norm_weight;  // [H] the post-attention norm (1 + w)
+  float eps = 0.0f;
+  int64_t H = 0, I = 0;  // hidden size, expert (and shared expert) width
+  int E = 0, k = 0;
+  const DeviceMatrix* route_table;  // device [2]: router [E, H], shared gate [1, H]
+  WeightFormat route_format;
+  const DeviceMatrix* experts;  // device [(E + 1) · 3] as CudaMoeWeights::experts
+  WeightFormat expert_format;
+  float* logits;         // [E + 1] scratch: router logits, then the shared gate's
+  int32_t* ids;          // [k] scratch
+  float* weights;        // [k] scratch
+  int32_t* counter;      // [1] zero before the first call; the router's last block resets it
+  float* act;            // [(k + 1) · I] scratch
+  bool q8 = false;       // int8 activations into the experts (needs gemv_q8_fits of every expert matrix)
+  bool overlap = false;  // launch_kernel's programmatic dependent launch
+};
+bool moe_decode_fits(WeightFormat route_format, WeightFormat expert_format, int64_t expert_dim,
+                     int64_t shared_dim, int k);
+void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream);
+
 struct MoeCombine {
   float* hidden;  // [n, H], accumulated into
   int64_t n = 0, H = 0;

@@ -1,0 +1,295 @@
+// The inner loop shared by every decode matrix-vector kernel (gemv_cuda.cu, moe/moe_decode_cuda.cu):
+// a group of `sub` lanes computes the dot products of R weight rows with one input vector that the
+// block has staged in shared memory.
+//
+// Lane j of a group reads chunks j, j + sub, ... of each row (16 bytes per load, coalesced across the
+// group), all R·U loads of an iteration issued before the first is used, weights streamed past L1.
+// The first iteration's weights are requested before the input is staged: they never depend on the
+// previous kernel, so their latency overlaps the wait for it and the staging.
+//
+// Staging: the block reads the input once with coalesced loads and writes it, transformed, into
+// shared memory, chunk c of E floats at c·(E + 4): the padding puts the eight lanes of each 16-byte
+// access phase on distinct banks, so a lane's chunk reads are conflict-free. (Each lane reading its
+// own chunk straight from global memory would touch 32 cache lines per instruction.) The transforms
+// fuse the op that produced the input:
+//   stage_plain       x as stored
+//   stage_norm        RMSNorm: x·w, returning rsqrt(mean(x²) + eps) to scale the finished dots (a
+//                     scalar, so it moves out of the sum)
+//   stage_gated_norm  per head of D values: w·(x·rsqrt(mean_head(x²) + eps))·silu(z), a warp per head
+//   stage_swiglu      silu(gate)·up
+// For affine formats the dot uses Σ_i (q_i·s + b)·x_i = s·Σ q_i·x_i + b·Σ x_i.
+#pragma once
+
+#include "kernels/matmul/dequant.cuh"
+
+namespace qwick::cuda {
+
+// Programmatic dependent launch: a kernel launched with the attribute may start while the previous
+// one runs; it must wait before reading anything the previous kernels wrote. Both are no-ops in a
+// kernel launched without it.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void let_next_kernel_start() {
+  asm volatile("griddepcontrol.launch_dependents;");
+}
+
+// A 16-byte load of data no kernel writes during the step, not kept in L1.
+__device__ __forceinline__ uint4 load_weights(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// One weight row: its bytes and (affine) its groups' scales and biases; data null: no such row.
+struct WeightRow {
+  const uint8_t* data = nullptr;
+  const uint16_t* scales = nullptr;
+  const uint16_t* biases = nullptr;
+};
+__device__ __forceinline__ WeightRow weight_row(const DeviceMatrix& m, int64_t row) {
+  WeightRow r;
+  if (row < 0 || row >= m.rows) return r;
+  r.data = m.data + row * m.row_bytes;
+  if (m.group_size > 0) {
+    const int64_t groups = m.cols / m.group_size;
+    r.scales = m.scales + row * groups;
+    r.biases = m.biases + row * groups;
+  }
+  return r;
+}
+
+// ---- staging -------------------------------------------------------------------------------------
+// Floats of shared memory for a staged input of n values.
+template <int E>
+constexpr int64_t staged_floats(int64_t n) {
+  return (n + E - 1) / E * (E + 4);
+}
+template <int E>
+__device__ __forceinline__ int64_t staged_at(int64_t i) {
+  return i / E * (E + 4) + i % E;
+}
+
+// Each stage_* is run by threads [tid, nthreads) of the caller's choice (a block or a warp), n a
+// multiple of 4; the caller synchronises those threads before reading `s`.
+template <int E>
+__device__ __forceinline__ void stage_plain(const float* x, int64_t n, float* s, int tid, int nthreads) {
+  for (int64_t i = 4 * tid; i < n; i += 4 * nthreads)
+    *reinterpret_cast<float4*>(s + staged_at<E>(i)) = *reinterpret_cast<const float4*>(x + i);
+}
+
+// The whole block; returns the RMSNorm factor (to every thread). scratch: 32 floats of shared memory.
+template <int E>
+__device__ __forceinline__ float stage_norm(const float* x, const float* w, float eps, int64_t n, float* s,
+                                            float* scratch) {
+  float sumsq = 0.0f;
+  for (int64_t i = 4 * threadIdx.x; i < n; i += 4 * blockDim.x) {
+    const float4 v = *reinterpret_cast<const float4*>(x + i), g = *reinterpret_cast<const float4*>(w + i);
+    sumsq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    *reinterpret_cast<float4*>(s + staged_at<E>(i)) = make_float4(v.x * g.x, v.y * g.y, v.z * g.z, v.w * g.w);
+  }
+  return rsqrtf(block_sum(sumsq, scratch) / static_cast<float>(n) + eps);
+}
+
+// The whole block, a warp per head.
+template <int E>
+__device__ __forceinline__ void stage_gated_norm(const float* x, const float* z, const float* w, float eps,
+                                                 int D, int64_t n, float* s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int64_t h0 = static_cast<int64_t>(warp) * D; h0 < n; h0 += static_cast<int64_t>(warps) * D) {
+    float ss = 0.0f;
+    for (int d = lane; d < D; d += 32) ss += x[h0 + d] * x[h0 + d];
+    const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
+    for (int d = lane; d < D; d += 32) s[staged_at<E>(h0 + d)] = w[d] * (x[h0 + d] * inv) * siluf_(z[h0 + d]);
+  }
+}
+
+template <int E>
+__device__ __forceinline__ void stage_swiglu(const float* gate, const float* up, int64_t n, float* s, int tid,
+                                             int nthreads) {
+  for (int64_t i = 4 * tid; i < n; i += 4 * nthreads) {
+    const float4 g = *reinterpret_cast<const float4*>(gate + i), u = *reinterpret_cast<const float4*>(up + i);
+    *reinterpret_cast<float4*>(s + staged_at<E>(i)) =
+        make_float4(siluf_(g.x) * u.x, siluf_(g.y) * u.y, siluf_(g.z) * u.z, siluf_(g.w) * u.w);
+  }
+}
+
+// int8 activations for 4-bit weights (the scheme of matmul_q8.h, so the GPU and CPU quantize alike):
+// per 64 values d = max|x| / 127 and q = rint(x / d). Chunk c (32 values) of a staged f32 input `xs`
+// becomes kQ8ChunkBytes at q8 + c·kQ8ChunkBytes: its 16 even-indexed q (the low nibbles' partners),
+// its 16 odd-indexed q, then d and the chunk's exact Σx as floats. Threads [tid, nthreads) as the
+// stage_* functions (whole warps); n a multiple of 64.
+inline constexpr int kQ8ChunkBytes = 48;  // 40 used; 48 keeps 16-byte reads conflict-free
+constexpr int64_t q8_staged_bytes(int64_t n) {
+  return n / 32 * kQ8ChunkBytes;
+}
+__device__ __forceinline__ void stage_q8(const float* xs, int64_t n, uint8_t* q8, int tid, int nthreads) {
+  constexpr int E = 32;
+  // Eight threads per 64 values, eight values each (lanes of a group of 8 are consecutive).
+  for (int64_t base = 8 * static_cast<int64_t>(tid); base - 8 * (tid & 31) < n;  // warp-uniform
+       base += 8 * static_cast<int64_t>(nthreads)) {
+    const bool valid = base < n;
+    float v[8], amax = 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      v[i] = valid ? xs[staged_at<E>(base + i)] : 0.0f;
+      amax = fmaxf(amax, fabsf(v[i])), sum += v[i];
+    }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) sum += __shfl_xor_sync(kFullMask, sum, o);  // the chunk's 4 threads
+    if (!valid) continue;
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    uint32_t even = 0, odd = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      even |= (static_cast<uint32_t>(__float2int_rn(v[2 * j] * inv)) & 0xffu) << (8 * j);
+      odd |= (static_cast<uint32_t>(__float2int_rn(v[2 * j + 1] * inv)) & 0xffu) << (8 * j);
+    }
+    const int64_t c = base / E;
+    const int part = static_cast<int>(base % E) / 8;  // which 8 of the chunk's 32
+    uint8_t* chunk = q8 + c * kQ8ChunkBytes;
+    reinterpret_cast<uint32_t*>(chunk)[part] = even;
+    reinterpret_cast<uint32_t*>(chunk + 16)[part] = odd;
+    if (part == 0) reinterpret_cast<float2*>(chunk + 32)[0] = make_float2(amax / 127.0f, sum);
+  }
+}
+
+// ---- the dot products ----------------------------------------------------------------------------
+// Σ_i code_i·x_i over one chunk (affine formats), or Σ_i w_i·x_i (bf16). 4-bit codes go to f32
+// without a conversion instruction: a byte permute places code q in the mantissa of 2.0, giving
+// v = 2 + q/64 exactly, so Σ q·x = 64·Σ v·x − 128·Σ x (two lop3, one shift and eight permutes per
+// 8 codes instead of eight int→float conversions at a quarter of the FMA rate).
+template <WeightFormat F>
+__device__ __forceinline__ float chunk_code_dot(const uint4& w, const float (&x)[ChunkTraits<F>::kElems],
+                                                float xsum) {
+  constexpr int E = ChunkTraits<F>::kElems;
+  if constexpr (F == WeightFormat::kAffine4) {
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t lo = words[k] & 0x0f0f0f0fu, hi = (words[k] >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t sel = 0x7044u | (static_cast<uint32_t>(j) << 8);
+        s0 += __uint_as_float(__byte_perm(lo, 0x40000000u, sel)) * x[8 * k + 2 * j];
+        s1 += __uint_as_float(__byte_perm(hi, 0x40000000u, sel)) * x[8 * k + 2 * j + 1];
+      }
+    }
+    return 64.0f * (s0 + s1) - 128.0f * xsum;
+  } else {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) s += chunk_value<F>(w, i, 1.0f, 0.0f) * x[i];
+    return s;
+  }
+}
+
+// acc[r] = row r · input (staged in shared memory at `xin`) over `chunks` chunks, complete in every lane of
+// the group (lane_g: index within the group of `sub` lanes, a power of two). Every lane of the block must
+// call this with the same chunks and sub. `stage` runs once, right after the first weights were
+// requested, when `first`: it waits for the previous kernel, stages the input and synchronises.
+//
+// kQ8 (4-bit weights only): the input `xin` is stage_q8's int8 form, and each chunk's integer dot
+// runs as eight dp4a on the nibbles (low nibbles with the even q, high with the odd):
+//   Σ (q_i·s + b)·x_i ≈ s·d·Σ q_i·xq_i + b·Σ x_i.
+template <WeightFormat F, int R, int U, bool kQ8 = false, class Stage>
+__device__ __forceinline__ void dot_rows(const WeightRow (&rows)[R], int64_t chunks, int group_size, int sub,
+                                         int lane_g, const void* xin, bool first, Stage&& stage,
+                                         float (&acc)[R]) {
+  constexpr int E = ChunkTraits<F>::kElems;
+  static_assert(!kQ8 || F == WeightFormat::kAffine4, "int8 activations pair with 4-bit weights");
+  const float* xs = static_cast<const float*>(xin);
+  constexpr bool kAffine = F != WeightFormat::kBF16;
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  const int64_t step = static_cast<int64_t>(sub) * U;
+  const int64_t iters = (chunks + step - 1) / step;
+  for (int64_t it = 0; it < iters; ++it) {
+    // Every load of the iteration first: weights, and (affine) their groups' scales and biases.
+    uint4 w[U][R];
+    uint16_t sc[U][R], bi[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = it * step + u * sub + lane_g;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const bool load = c < chunks && rows[r].data;
+        w[u][r] = load ? load_weights(rows[r].data + c * 16) : make_uint4(0, 0, 0, 0);
+        if constexpr (kAffine) {
+          const int64_t g = c * E / group_size;
+          sc[u][r] = load ? rows[r].scales[g] : uint16_t{0};
+          bi[u][r] = load ? rows[r].biases[g] : uint16_t{0};
+        }
+      }
+    }
+    if (it == 0 && first) stage();
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = it * step + u * sub + lane_g;
+      if (c >= chunks) continue;
+      if constexpr (kQ8) {
+        const uint8_t* chunk = static_cast<const uint8_t*>(xin) + c * kQ8ChunkBytes;
+        const uint4 xe = *reinterpret_cast<const uint4*>(chunk),
+                    xo = *reinterpret_cast<const uint4*>(chunk + 16);
+        const float2 dsum = *reinterpret_cast<const float2*>(chunk + 32);
+        const uint32_t even[4] = {xe.x, xe.y, xe.z, xe.w}, odd[4] = {xo.x, xo.y, xo.z, xo.w};
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (!rows[r].data) continue;
+          const uint32_t words[4] = {w[u][r].x, w[u][r].y, w[u][r].z, w[u][r].w};
+          int dot = 0;
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            dot = __dp4a(static_cast<int>(words[k] & 0x0f0f0f0fu), static_cast<int>(even[k]), dot);
+            dot = __dp4a(static_cast<int>((words[k] >> 4) & 0x0f0f0f0fu), static_cast<int>(odd[k]), dot);
+          }
+          acc[r] +=
+              bf16_to_f32(sc[u][r]) * (dsum.x * static_cast<float>(dot)) + bf16_to_f32(bi[u][r]) * dsum.y;
+        }
+        continue;
+      }
+      float xv[E];
+      const float4* xp = reinterpret_cast<const float4*>(xs + c * (E + 4));
+#pragma unroll
+      for (int j = 0; j < E / 4; ++j) {
+        const float4 q = xp[j];
+        xv[4 * j] = q.x, xv[4 * j + 1] = q.y, xv[4 * j + 2] = q.z, xv[4 * j + 3] = q.w;
+      }
+      float xsum = 0.0f;
+      if constexpr (kAffine) {
+#pragma unroll
+        for (int i = 0; i < E; ++i) xsum += xv[i];
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (!rows[r].data) continue;
+        const float dot = chunk_code_dot<F>(w[u][r], xv, xsum);
+        if constexpr (kAffine)
+          acc[r] += bf16_to_f32(sc[u][r]) * dot + bf16_to_f32(bi[u][r]) * xsum;
+        else
+          acc[r] += dot;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float v = acc[r];
+    for (int o = sub / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+    acc[r] = v;
+  }
+}
+
+// Lanes per row for `chunks` chunks: the whole warp from 32 chunks up, else the largest power of two
+// not above the chunk count (the rest of the warp takes further rows).
+inline int gemv_group_lanes(int64_t chunks) {
+  int sub = 32;
+  while (sub > 1 && sub > chunks) sub >>= 1;
+  return sub;
+}
+
+}  // namespace qwick::cuda

@@ -1,0 +1,243 @@
+// The decode MoE in three kernels (contract in moe_cuda.h).
+//
+// router   small blocks over the E router rows, then one block for the shared gate row, each staging
+//          RMSNorm(x); each block counts itself in `counter` once its logits are written (after a
+//          fence), and the block that counts last copies the logits into shared memory and runs
+//          route_one, so routing costs no launch of its own.
+// gate_up  grid (row blocks, k + 1), each block staging RMSNorm(x); a lane group owns two rows of the
+//          gate and the same two of up.
+// down     a block of k + 1 warps, warp j staging expert j's activation and reading its down rows (so
+//          every expert's loads are in flight at once); the partial sums meet in shared memory and are
+//          added to x in expert order.
+// Test: tests/cuda/cuda_kernels_test.cpp (Moe.DecodeMatchesCpu) against the CPU moe_forward.
+#include <algorithm>
+
+#include "kernels/cuda_launch.h"
+#include "kernels/matmul/gemv_core.cuh"
+#include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/route_warp.cuh"
+
+namespace qwick::cuda {
+namespace {
+
+constexpr int kRouterWarps = 4, kRouterRows = 2;  // small blocks: the router is only E rows
+constexpr int kWarps = 8;
+constexpr int kRows = 4;  // rows per lane group (gate_up: two of gate, the same two of up)
+constexpr int kUnroll = 2;
+constexpr int kDownSteps = 2;  // row steps per down block, sharing the staged activations
+
+// Shared memory per warp of the down kernel: the staged f32 input, then (q8) its int8 form.
+template <int E>
+constexpr int64_t down_warp_floats(int64_t I, bool q8) {
+  return staged_floats<E>(I) + (q8 ? q8_staged_bytes(I) / 4 : 0);
+}
+
+template <WeightFormat F>
+constexpr int elems() {
+  return ChunkTraits<F>::kElems;
+}
+
+template <WeightFormat F>
+__global__ void __launch_bounds__(kRouterWarps * 32)
+    router_kernel(const MoeDecodeArgs a, int sub, int router_blocks) {
+  constexpr int E = elems<F>();
+  extern __shared__ float4 smem4[];
+  float* xs = reinterpret_cast<float*>(smem4);
+  let_next_kernel_start();
+  const bool shared_gate = static_cast<int>(blockIdx.x) >= router_blocks;
+  const DeviceMatrix m = a.route_table[shared_gate ? 1 : 0];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane / sub, lane_g = lane % sub;
+  const int64_t rows_per_block = int64_t{kRouterWarps} * (32 / sub) * kRouterRows;
+  const int64_t block = shared_gate ? 0 : blockIdx.x;
+  const int64_t row0 = block * rows_per_block + static_cast<int64_t>(warp * (32 / sub) + group) * kRouterRows;
+  WeightRow rows[kRouterRows];
+#pragma unroll
+  for (int r = 0; r < kRouterRows; ++r) rows[r] = weight_row(m, row0 + r);
+  float factor = 1.0f;
+  auto stage = [&] {
+    wait_for_previous_kernel();
+    factor = stage_norm<E>(a.x, a.norm_weight, a.eps, a.H, xs, xs + staged_floats<E>(a.H));
+    __syncthreads();
+  };
+  float acc[kRouterRows];
+  dot_rows<F, kRouterRows, kUnroll>(rows, m.cols / E, m.group_size, sub, lane_g, xs, true, stage, acc);
+  if (lane_g == 0) {
+    float* out = a.logits + (shared_gate ? a.E : 0);
+#pragma unroll
+    for (int r = 0; r < kRouterRows; ++r)
+      if (row0 + r < m.rows) out[row0 + r] = factor * acc[r];
+  }
+  // The last block to get here sees every block's logits: fence, count, and route.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(a.counter, 1) == static_cast<int>(gridDim.x) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  float* logits = xs;  // the staged input is no longer needed
+  for (int e = threadIdx.x; e < a.E; e += blockDim.x) logits[e] = __ldcg(a.logits + e);
+  __syncthreads();
+  if (warp == 0) route_one(logits, a.E, a.k, a.ids, a.weights);
+  if (threadIdx.x == 0) *a.counter = 0;
+}
+
+template <WeightFormat F, bool kQ8>
+__global__ void __launch_bounds__(kWarps * 32, 2) gate_up_kernel(const MoeDecodeArgs a, int sub) {
+  constexpr int E = elems<F>();
+  extern __shared__ float4 smem4[];
+  float* xs = reinterpret_cast<float*>(smem4);
+  uint8_t* xq = reinterpret_cast<uint8_t*>(xs + staged_floats<E>(a.H) + 32);  // kQ8
+  let_next_kernel_start();
+  wait_for_previous_kernel();  // the expert ids come from the router
+  const int p = static_cast<int>(blockIdx.y);
+  const int entry = 3 * (p < a.k ? a.ids[p] : a.E);
+  const DeviceMatrix gate = a.experts[entry], up = a.experts[entry + 1];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane / sub, lane_g = lane % sub;
+  constexpr int kPairs = kRows / 2;
+  const int64_t pairs_per_block = int64_t{kWarps} * (32 / sub) * kPairs;
+  const int64_t row0 =
+      blockIdx.x * pairs_per_block + static_cast<int64_t>(warp * (32 / sub) + group) * kPairs;
+  WeightRow rows[kRows];
+#pragma unroll
+  for (int r = 0; r < kPairs; ++r)
+    rows[r] = weight_row(gate, row0 + r), rows[kPairs + r] = weight_row(up, row0 + r);
+  float factor = 1.0f;
+  auto stage = [&] {
+    factor = stage_norm<E>(a.x, a.norm_weight, a.eps, a.H, xs, xs + staged_floats<E>(a.H));
+    __syncthreads();
+    if constexpr (kQ8) {
+      stage_q8(xs, a.H, xq, threadIdx.x, blockDim.x);
+      __syncthreads();
+    }
+  };
+  float acc[kRows];
+  dot_rows<F, kRows, kUnroll, kQ8>(rows, gate.cols / E, gate.group_size, sub, lane_g,
+                                   kQ8 ? static_cast<const void*>(xq) : xs, true, stage, acc);
+  if (lane_g != 0) return;
+  float* act = a.act + p * a.I;
+#pragma unroll
+  for (int r = 0; r < kPairs; ++r)
+    if (row0 + r < gate.rows) act[row0 + r] = siluf_(factor * acc[r]) * (factor * acc[kPairs + r]);
+}
+
+template <WeightFormat F, bool kQ8>
+__global__ void down_kernel(const MoeDecodeArgs a, int sub) {
+  constexpr int E = elems<F>();
+  extern __shared__ float4 smem4[];
+  let_next_kernel_start();
+  wait_for_previous_kernel();  // ids, weights, logits and act come from the two kernels before
+  const int j = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane / sub, lane_g = lane % sub;
+  const int64_t rows_per_step = int64_t{32 / sub} * kRows, rows_per_block = rows_per_step * kDownSteps;
+  // Per warp: its expert's staged input, then (kQ8) the int8 form; after all warps', the partial sums.
+  const int64_t warp_floats = down_warp_floats<E>(a.I, kQ8);
+  float* xs = reinterpret_cast<float*>(smem4) + j * warp_floats;
+  uint8_t* xq = reinterpret_cast<uint8_t*>(xs + staged_floats<E>(a.I));
+  float* partial = reinterpret_cast<float*>(smem4) + (a.k + 1) * warp_floats;  // [k + 1][rows]
+  const DeviceMatrix m = a.experts[j < a.k ? 3 * a.ids[j] + 2 : 3 * a.E + 2];
+  auto stage = [&] {
+    stage_plain<E>(a.act + j * a.I, a.I, xs, lane, 32);
+    __syncwarp();
+    if constexpr (kQ8) {
+      stage_q8(xs, a.I, xq, lane, 32);
+      __syncwarp();
+    }
+  };
+  const float coef = j < a.k ? a.weights[j] : sigmoidf_(a.logits[a.E]);
+  for (int s = 0; s < kDownSteps; ++s) {
+    const int64_t row0 = blockIdx.x * rows_per_block + s * rows_per_step + int64_t{group} * kRows;
+    WeightRow rows[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) rows[r] = weight_row(m, row0 + r);
+    float acc[kRows];
+    dot_rows<F, kRows, kUnroll, kQ8>(rows, m.cols / E, m.group_size, sub, lane_g,
+                                     kQ8 ? static_cast<const void*>(xq) : xs, s == 0, stage, acc);
+    if (lane_g == 0) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        partial[j * rows_per_block + s * rows_per_step + group * kRows + r] = coef * acc[r];
+    }
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < rows_per_block; i += blockDim.x) {
+    const int64_t row = blockIdx.x * rows_per_block + i;
+    if (row >= a.H) break;
+    float sum = 0.0f;
+    for (int t = 0; t <= a.k; ++t) sum += partial[t * rows_per_block + i];
+    a.x[row] += sum;
+  }
+}
+
+int elems_of(WeightFormat f) {
+  return f == WeightFormat::kAffine4 ? 32 : f == WeightFormat::kAffine8 ? 16 : 8;
+}
+
+template <WeightFormat F>
+void launch_router(const MoeDecodeArgs& a, cudaStream_t stream) {
+  constexpr int E = elems<F>();
+  const int sub = gemv_group_lanes(a.H / E);
+  const int rows_per_block = kRouterWarps * (32 / sub) * kRouterRows;
+  const int router_blocks = static_cast<int>(blocks_for(a.E, rows_per_block));
+  const size_t smem = sizeof(float) * static_cast<size_t>(std::max<int64_t>(staged_floats<E>(a.H) + 32, a.E));
+  launch_kernel(router_kernel<F>, dim3(router_blocks + 1), dim3(kRouterWarps * 32), smem, stream, a.overlap,
+                "moe router", a, sub, router_blocks);
+}
+
+template <WeightFormat F, bool kQ8>
+void launch_experts(const MoeDecodeArgs& a, cudaStream_t stream) {
+  constexpr int E = elems<F>();
+  const int sub_in = gemv_group_lanes(a.H / E);
+  const int pairs_per_block = kWarps * (32 / sub_in) * (kRows / 2);
+  const size_t gate_up_smem = sizeof(float) * static_cast<size_t>(staged_floats<E>(a.H) + 32) +
+                              (kQ8 ? static_cast<size_t>(q8_staged_bytes(a.H)) : 0);
+  launch_kernel(gate_up_kernel<F, kQ8>,
+                dim3(blocks_for(a.I, pairs_per_block), static_cast<unsigned>(a.k + 1)), dim3(kWarps * 32),
+                gate_up_smem, stream, a.overlap, "moe gate_up", a, sub_in);
+  const int sub_down = gemv_group_lanes(a.I / E);
+  const int rows_per_block = (32 / sub_down) * kRows * kDownSteps;
+  const size_t down_smem =
+      sizeof(float) * static_cast<size_t>((a.k + 1) * (down_warp_floats<E>(a.I, kQ8) + rows_per_block));
+  launch_kernel(down_kernel<F, kQ8>, dim3(blocks_for(a.H, rows_per_block)), dim3(32 * (a.k + 1)), down_smem,
+                stream, a.overlap, "moe down", a, sub_down);
+}
+
+}  // namespace
+
+bool moe_decode_fits(WeightFormat route_format, WeightFormat expert_format, int64_t expert_dim,
+                     int64_t shared_dim, int k) {
+  auto gpu_format = [](WeightFormat f) {
+    return f == WeightFormat::kAffine4 || f == WeightFormat::kAffine8 || f == WeightFormat::kBF16;
+  };
+  // Shared memory of the down kernel: k + 1 staged inputs of expert_dim floats, their int8 form
+  // (4-bit) and partial sums, under 48 KiB.
+  const int E = elems_of(expert_format);
+  const int64_t down_floats = (k + 1) * ((expert_dim + E - 1) / E * (E + 4) + expert_dim / 32 * 12 + 64);
+  return gpu_format(route_format) && gpu_format(expert_format) && expert_dim == shared_dim && k < 32 &&
+         expert_dim % elems_of(expert_format) == 0 && down_floats * 4 < 48 * 1024;
+}
+
+void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
+  if (a.E > 32 * kMaxExpertsPerLane || a.k >= 32 || a.k > a.E)
+    check(cudaErrorInvalidValue, "moe_decode: expert count");
+  switch (a.route_format) {
+    case WeightFormat::kAffine4:
+      launch_router<WeightFormat::kAffine4>(a, stream);
+      break;
+    case WeightFormat::kAffine8:
+      launch_router<WeightFormat::kAffine8>(a, stream);
+      break;
+    default:
+      launch_router<WeightFormat::kBF16>(a, stream);
+  }
+  switch (a.expert_format) {
+    case WeightFormat::kAffine4:
+      if (a.q8) return launch_experts<WeightFormat::kAffine4, true>(a, stream);
+      return launch_experts<WeightFormat::kAffine4, false>(a, stream);
+    case WeightFormat::kAffine8:
+      return launch_experts<WeightFormat::kAffine8, false>(a, stream);
+    default:
+      return launch_experts<WeightFormat::kBF16, false>(a, stream);
+  }
+}
+
+}  // namespace qwick::cuda
