@@ -11,16 +11,20 @@
 namespace qwick {
 
 void EngineOptions::add_to(ArgParser& p) {
-  p.option({"-m", "--model"}, "DIR", "model directory (Hugging Face layout); default: the built-in small model",
-           &model, "LLAMA_ARG_MODEL");
+  p.option({"-m", "--model"}, "DIR",
+           "model directory (Hugging Face layout); default: the built-in small model", &model,
+           "LLAMA_ARG_MODEL");
   p.option({"-t", "--threads"}, "N", "CPU threads (0 = one per core)", &threads, "LLAMA_ARG_THREADS");
   p.option({"-c", "--ctx-size"}, "N", "context size in tokens (0 = the model's maximum)", &ctx_size,
            "LLAMA_ARG_CTX_SIZE");
   p.option({"--kv-type"}, "TYPE", "attention KV cache type: bf16 or f32", &kv_type, "QWICK_KV_TYPE");
   p.option({"--device"}, "DEV", "where to run: cpu or cuda (default: cuda when built and a GPU is present)",
            &device, "QWICK_DEVICE");
-  p.flag({"--exact"}, "f32 activations in every CPU matrix product (reference numerics, slower decode)", &exact,
-         "QWICK_EXACT");
+  p.flag({"--exact"}, "f32 activations in every CPU matrix product (reference numerics, slower decode)",
+         &exact, "QWICK_EXACT");
+  p.option({"--prefill-off"}, "LIST",
+           "CUDA prefill optimizations to switch off for ablations, comma separated: gemm", &prefill_off,
+           "QWICK_PREFILL_OFF");
 }
 
 BackendOptions EngineOptions::backend_options() const {
@@ -29,6 +33,7 @@ BackendOptions EngineOptions::backend_options() const {
   if (ctx_size < 0) fail("--ctx-size must not be negative, got {}", ctx_size);
   b.max_context = ctx_size;
   b.cpu_exact = exact;
+  b.prefill_off = prefill_off;
   if (kv_type == "bf16")
     b.kv_dtype = KvDtype::kBF16;
   else if (kv_type == "f32")

@@ -18,6 +18,7 @@ struct EngineOptions {
   std::string kv_type = "bf16";
   std::string device;  // empty: default_device()
   bool exact = false;
+  std::string prefill_off;  // BackendOptions::prefill_off
 
   void add_to(ArgParser& parser);
   BackendOptions backend_options() const;

@@ -124,33 +124,52 @@ TEST(Gemv, MatchesCpuOverFormatsAndShapes) {
   }
 }
 
+// Both GEMM kernels. Beyond the shared cases: an odd number of groups per row (the pipelined
+// kernel's scale words then start at odd elements on every other row) and groups of 96 (a 64-wide
+// slice then spans two groups at either parity).
 TEST(Gemm, MatchesCpuOverFormatsShapesAndRowCounts) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
-  for (const MatrixCase& c : matrix_cases()) {
+  std::vector<MatrixCase> cases = matrix_cases();
+  cases.push_back({WeightFormat::kAffine4, 129, 320, 64});
+  cases.push_back({WeightFormat::kAffine4, 100, 960, 96});
+  cases.push_back({WeightFormat::kAffine8, 200, 960, 96});
+  for (const MatrixCase& c : cases) {
     if (c.rows > 20000) continue;  // the lm_head is covered by the gemv test and the backend
     for (int64_t n : {1, 7, 64, 65, 300}) {
-      SCOPED_TRACE(describe(c) + fmt::format(", {} rows", n));
       HostMatrix h = random_matrix(c.format, c.rows, c.cols, c.group, rng);
       auto up = cuda::upload_matrix(h.w, nullptr);
       const auto x = round_bf16(randn(static_cast<size_t>(n * c.cols), rng));
       const auto ref = cpu_matmul(h.w, x, n);
+      const auto base = randn(static_cast<size_t>(n * c.rows), rng);
       DeviceArray<uint16_t> dx(to_bf16(x));
       DeviceArray<float> dy(static_cast<size_t>(n * c.rows));
-      cuda::GemmArgs a;
-      a.single = up.m;
-      a.format = up.m.format;
-      a.K = c.cols;
-      a.N = c.rows;
-      a.x = dx.data();
-      a.ldx = c.cols;
-      a.y = dy.data();
-      a.ldy = c.rows;
-      a.n = n;
-      cuda::gemm(a, nullptr);
-      // Only W's rounding to bf16 separates the two (x is bf16 on both sides): ~2e-3, noisier when
-      // there are only a few outputs (5.5e-3 seen at 3 × 1).
-      EXPECT_LT(rel_err(dy.download(), ref), 1e-2);
+      for (bool pipelined : {false, true}) {
+        SCOPED_TRACE(describe(c) + fmt::format(", {} rows, {}", n, pipelined ? "pipelined" : "simple"));
+        cuda::GemmArgs a;
+        a.single = up.m;
+        a.format = up.m.format;
+        a.K = c.cols;
+        a.N = c.rows;
+        a.x = dx.data();
+        a.ldx = c.cols;
+        a.y = dy.data();
+        a.ldy = c.rows;
+        a.n = n;
+        a.pipelined = pipelined;
+        dy.upload(std::vector<float>(static_cast<size_t>(n * c.rows), NAN));
+        cuda::gemm(a, nullptr);
+        // Only W's rounding to bf16 separates the two (x is bf16 on both sides): ~2e-3, noisier when
+        // there are only a few outputs (5.5e-3 seen at 3 × 1).
+        EXPECT_LT(rel_err(dy.download(), ref), 1e-2);
+        // accumulate: y += W·x on top of what is there.
+        dy.upload(base);
+        a.accumulate = true;
+        cuda::gemm(a, nullptr);
+        std::vector<float> want(base);
+        for (size_t i = 0; i < want.size(); ++i) want[i] += ref[i];
+        EXPECT_LT(rel_err(dy.download(), want), 1e-2);
+      }
     }
   }
 }
@@ -272,66 +291,70 @@ TEST(Moe, GroupingGroupedGemmAndCombine) {
     }
     for (int32_t c : covered) ASSERT_EQ(c, 1);
 
-    // gate|up grouped GEMM, SwiGLU, down grouped GEMM, combine.
-    DeviceArray<uint16_t> dx(to_bf16(x)), act(static_cast<size_t>(pairs * I));
-    DeviceArray<float> gu(static_cast<size_t>(pairs * 2 * I)), down(static_cast<size_t>(pairs * H));
-    cuda::GemmArgs a;
-    a.table = reinterpret_cast<const DeviceMatrix*>(table_dev.data());
-    a.table_stride = 3;
-    a.part_rows = I;
-    a.format = WeightFormat::kAffine4;
-    a.K = H;
-    a.N = 2 * I;
-    a.x = dx.data();
-    a.ldx = H;
-    a.x_rows = slot_row.data();
-    a.y = gu.data();
-    a.ldy = 2 * I;
-    a.tiles = tiles.data();
-    a.tile_count = tile_count.data();
-    a.max_tiles = max_tiles;
-    cuda::gemm(a, nullptr);
-    cuda::swiglu(gu.data(), gu.data() + I, 2 * I, pairs, I, act.data(), I, true, nullptr);
-    cuda::GemmArgs b = a;
-    b.table_base = 2;
-    b.part_rows = 0;
-    b.K = I;
-    b.N = H;
-    b.x = act.data();
-    b.ldx = I;
-    b.x_rows = nullptr;
-    b.y = down.data();
-    b.ldy = H;
-    cuda::gemm(b, nullptr);
-    const auto shared = randn(static_cast<size_t>(n * H), rng);
-    const auto shared_logit = randn(static_cast<size_t>(n), rng);
-    const auto hidden0 = randn(static_cast<size_t>(n * H), rng);
-    DeviceArray<float> dshared(shared), dsl(shared_logit), dhidden(hidden0), dweights(weights);
-    cuda::moe_combine({dhidden.data(), n, H, k, dweights.data(), slot_of.data(), down.data(), H,
-                       dshared.data(), H, dsl.data(), 1},
-                      nullptr);
+    for (bool pipelined : {false, true}) {
+      SCOPED_TRACE(pipelined ? "pipelined gemm" : "simple gemm");
+      // gate|up grouped GEMM, SwiGLU, down grouped GEMM, combine.
+      DeviceArray<uint16_t> dx(to_bf16(x)), act(static_cast<size_t>(pairs * I));
+      DeviceArray<float> gu(static_cast<size_t>(pairs * 2 * I)), down(static_cast<size_t>(pairs * H));
+      cuda::GemmArgs a;
+      a.table = reinterpret_cast<const DeviceMatrix*>(table_dev.data());
+      a.table_stride = 3;
+      a.part_rows = I;
+      a.format = WeightFormat::kAffine4;
+      a.K = H;
+      a.N = 2 * I;
+      a.x = dx.data();
+      a.ldx = H;
+      a.x_rows = slot_row.data();
+      a.y = gu.data();
+      a.ldy = 2 * I;
+      a.tiles = tiles.data();
+      a.tile_count = tile_count.data();
+      a.max_tiles = max_tiles;
+      a.pipelined = pipelined;
+      cuda::gemm(a, nullptr);
+      cuda::swiglu(gu.data(), gu.data() + I, 2 * I, pairs, I, act.data(), I, true, nullptr);
+      cuda::GemmArgs b = a;
+      b.table_base = 2;
+      b.part_rows = 0;
+      b.K = I;
+      b.N = H;
+      b.x = act.data();
+      b.ldx = I;
+      b.x_rows = nullptr;
+      b.y = down.data();
+      b.ldy = H;
+      cuda::gemm(b, nullptr);
+      const auto shared = randn(static_cast<size_t>(n * H), rng);
+      const auto shared_logit = randn(static_cast<size_t>(n), rng);
+      const auto hidden0 = randn(static_cast<size_t>(n * H), rng);
+      DeviceArray<float> dshared(shared), dsl(shared_logit), dhidden(hidden0), dweights(weights);
+      cuda::moe_combine({dhidden.data(), n, H, k, dweights.data(), slot_of.data(), down.data(), H,
+                         dshared.data(), H, dsl.data(), 1},
+                        nullptr);
 
-    // CPU: the same chain, with the activation rounded to bf16 as the GPU feeds it to the GEMM.
-    std::vector<float> want(hidden0);
-    for (int64_t t = 0; t < n; ++t) {
-      const std::vector<float> xt(x.begin() + t * H, x.begin() + (t + 1) * H);
-      float* wt = want.data() + t * H;
-      for (int64_t h = 0; h < H; ++h)
-        wt[h] += sigmoid(shared_logit[static_cast<size_t>(t)]) * shared[static_cast<size_t>(t * H + h)];
-      for (int j = 0; j < k; ++j) {
-        const int e = ids[static_cast<size_t>(t * k + j)];
-        const auto g_ = cpu_matmul(host[static_cast<size_t>(3 * e)].w, xt, 1);
-        const auto u_ = cpu_matmul(host[static_cast<size_t>(3 * e + 1)].w, xt, 1);
-        std::vector<float> h_(static_cast<size_t>(I));
-        for (int64_t i = 0; i < I; ++i)
-          h_[static_cast<size_t>(i)] =
-              round_to_bf16(silu(g_[static_cast<size_t>(i)]) * u_[static_cast<size_t>(i)]);
-        const auto d_ = cpu_matmul(host[static_cast<size_t>(3 * e + 2)].w, h_, 1);
+      // CPU: the same chain, with the activation rounded to bf16 as the GPU feeds it to the GEMM.
+      std::vector<float> want(hidden0);
+      for (int64_t t = 0; t < n; ++t) {
+        const std::vector<float> xt(x.begin() + t * H, x.begin() + (t + 1) * H);
+        float* wt = want.data() + t * H;
         for (int64_t h = 0; h < H; ++h)
-          wt[h] += weights[static_cast<size_t>(t * k + j)] * d_[static_cast<size_t>(h)];
+          wt[h] += sigmoid(shared_logit[static_cast<size_t>(t)]) * shared[static_cast<size_t>(t * H + h)];
+        for (int j = 0; j < k; ++j) {
+          const int e = ids[static_cast<size_t>(t * k + j)];
+          const auto g_ = cpu_matmul(host[static_cast<size_t>(3 * e)].w, xt, 1);
+          const auto u_ = cpu_matmul(host[static_cast<size_t>(3 * e + 1)].w, xt, 1);
+          std::vector<float> h_(static_cast<size_t>(I));
+          for (int64_t i = 0; i < I; ++i)
+            h_[static_cast<size_t>(i)] =
+                round_to_bf16(silu(g_[static_cast<size_t>(i)]) * u_[static_cast<size_t>(i)]);
+          const auto d_ = cpu_matmul(host[static_cast<size_t>(3 * e + 2)].w, h_, 1);
+          for (int64_t h = 0; h < H; ++h)
+            wt[h] += weights[static_cast<size_t>(t * k + j)] * d_[static_cast<size_t>(h)];
+        }
       }
+      EXPECT_LT(rel_err(dhidden.download(), want), 1e-2);
     }
-    EXPECT_LT(rel_err(dhidden.download(), want), 1e-2);
   }
 }
 
