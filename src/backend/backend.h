@@ -22,13 +22,13 @@ namespace qwick {
 struct Model;
 
 struct BackendOptions {
-  int threads = 0;                    // CPU worker threads, 0 = one per core
-  int64_t max_context = 0;            // 0 = the model's max_position_embeddings
-  KvDtype kv_dtype = KvDtype::kBF16;  // attention KV cache element type (the CUDA backend: bf16 only)
+  int threads = 0;                        // CPU worker threads, 0 = one per core
+  int64_t max_context = 0;                // 0 = the model's max_position_embeddings
+  KvDtype kv_dtype = KvDtype::kBF16;      // attention KV cache element type (the CUDA backend: bf16 only)
   // CPU: f32 activations in every matrix product (the reference numerics). Off, single-row products
   // against 4-bit weights quantize the activation to int8 per 64 values (decode's fast path).
   bool cpu_exact = false;
-  bool device_graphs = true;  // CUDA: replay each decode step as one captured graph
+  bool device_graphs = true;              // CUDA: replay each decode step as one captured graph
   // CUDA prefill optimizations to switch off, comma separated, for ablations: "gemm" (the simple
   // GEMM kernel instead of the pipelined one). Unknown names are an error.
   std::string prefill_off;
@@ -55,9 +55,9 @@ struct BackendMemory {
 using LayerObserver = std::function<void(int stage, const float* hidden, int64_t n_rows, int64_t pos0)>;
 
 struct PrefillOptions {
-  int64_t chunk = 512;      // rows per forward pass; bounds activation memory
-  bool all_logits = false;  // logits for every token instead of only the last
-  LayerObserver observer;   // optional, for layer-by-layer comparisons
+  int64_t chunk = 512;       // rows per forward pass; bounds activation memory
+  bool all_logits = false;   // logits for every token instead of only the last
+  LayerObserver observer;    // optional, for layer-by-layer comparisons
   // Optional: milliseconds of device time per stage of the pass are added here (CUDA; the CPU
   // backend leaves it empty). Costs a synchronization per chunk.
   std::map<std::string, double>* stage_ms = nullptr;
@@ -86,8 +86,7 @@ class Backend {
 
   // Appends `tokens`; writes the last token's logits ([vocab]) or every token's ([n, vocab]).
   // Throws Error (state unchanged) for an out-of-range token or when the context would overflow.
-  virtual void prefill(std::span<const int32_t> tokens, std::span<float> logits,
-                       const PrefillOptions& options) = 0;
+  virtual void prefill(std::span<const int32_t> tokens, std::span<float> logits, const PrefillOptions& options) = 0;
   // Appends one token and writes its logits [vocab].
   virtual void decode(int32_t token, std::span<float> logits) = 0;
 

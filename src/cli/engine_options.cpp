@@ -11,17 +11,16 @@
 namespace qwick {
 
 void EngineOptions::add_to(ArgParser& p) {
-  p.option({"-m", "--model"}, "DIR",
-           "model directory (Hugging Face layout); default: the built-in small model", &model,
-           "LLAMA_ARG_MODEL");
+  p.option({"-m", "--model"}, "DIR", "model directory (Hugging Face layout); default: the built-in small model",
+           &model, "LLAMA_ARG_MODEL");
   p.option({"-t", "--threads"}, "N", "CPU threads (0 = one per core)", &threads, "LLAMA_ARG_THREADS");
   p.option({"-c", "--ctx-size"}, "N", "context size in tokens (0 = the model's maximum)", &ctx_size,
            "LLAMA_ARG_CTX_SIZE");
   p.option({"--kv-type"}, "TYPE", "attention KV cache type: bf16 or f32", &kv_type, "QWICK_KV_TYPE");
   p.option({"--device"}, "DEV", "where to run: cpu or cuda (default: cuda when built and a GPU is present)",
            &device, "QWICK_DEVICE");
-  p.flag({"--exact"}, "f32 activations in every CPU matrix product (reference numerics, slower decode)",
-         &exact, "QWICK_EXACT");
+  p.flag({"--exact"}, "f32 activations in every CPU matrix product (reference numerics, slower decode)", &exact,
+         "QWICK_EXACT");
   p.option({"--prefill-off"}, "LIST",
            "CUDA prefill optimizations to switch off for ablations, comma separated: gemm", &prefill_off,
            "QWICK_PREFILL_OFF");

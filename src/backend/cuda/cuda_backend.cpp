@@ -238,14 +238,12 @@ class CudaBackend final : public Backend {
 
   // Copies the state between the live buffers and a packed snapshot region, on the stream.
   void copy_state(uint8_t* packed, int64_t positions, bool to_snapshot) const {
-    const size_t head_rows =
-        static_cast<size_t>(positions) * static_cast<size_t>(cfg_.head_dim) * sizeof(uint16_t);
-    const size_t head_stride =
-        static_cast<size_t>(max_context_) * static_cast<size_t>(cfg_.head_dim) * sizeof(uint16_t);
+    const size_t head_rows = static_cast<size_t>(positions) * static_cast<size_t>(cfg_.head_dim) * sizeof(uint16_t);
+    const size_t head_stride = static_cast<size_t>(max_context_) * static_cast<size_t>(cfg_.head_dim) * sizeof(uint16_t);
     auto move = [&](void* live, size_t bytes) {
       if (bytes == 0) return;
-      check(cudaMemcpyAsync(to_snapshot ? packed : live, to_snapshot ? live : packed, bytes,
-                            cudaMemcpyDeviceToDevice, stream_),
+      check(cudaMemcpyAsync(to_snapshot ? packed : live, to_snapshot ? live : packed, bytes, cudaMemcpyDeviceToDevice,
+                            stream_),
             "snapshot copy");
       packed += bytes;
     };

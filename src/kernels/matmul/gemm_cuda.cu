@@ -1,6 +1,6 @@
-// The simple prefill GEMM on the tensor cores (the pipelined one: gemm_pipelined_cuda.cu): Y[slot, n] = Σ_k
-// X[row(slot), k] · W[n, k], bf16 operands, f32 accumulation (see matmul_cuda.h for the table and tile
-// conventions).
+// The simple prefill GEMM on the tensor cores: Y[slot, n] = Σ_k X[row(slot), k] · W[n, k], bf16
+// operands, f32 accumulation (see matmul_cuda.h for the table and tile conventions, and for when the
+// pipelined kernel of gemm_pipelined_cuda.cu runs instead).
 //
 // One block computes a 64 (slots) × 64 (outputs) tile with 4 warps in a 2 × 2 layout, each warp a
 // 32 × 32 sub-tile = 2 × 4 mma.sync.m16n8k16 per 16-wide k step. Per 64-wide k slice:
