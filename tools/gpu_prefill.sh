@@ -9,7 +9,7 @@
 set -uo pipefail
 bin=$(cd "$1" && pwd)
 lengths=${2:-512,4K,32K}
-levers=${3:-gemm}
+levers=${3:-gemm conv scan}
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -33,6 +33,26 @@ model=/tmp/full
 t=$(stamp)
 "$bin/qwick" make-model --preset qwen3.6-35b-a3b "$model" >"$out/make_model.log" 2>&1
 echo "make-model rc=$? ($(($(stamp) - t)) s)"
+
+if [[ "${QWICK_EVALS:-0}" == 1 ]]; then  # CUDA vs CPU logits over 300 positions, as gpu_check.sh full
+  python3 - <<'PY'
+import json, random, struct
+random.seed(0)
+ids = [random.randrange(0, 248044) for _ in range(300)]
+header = json.dumps({"tokens": {"dtype": "I32", "shape": [300], "data_offsets": [0, 1200]}}).encode()
+header += b" " * ((8 - len(header) % 8) % 8)
+open("/tmp/tokens.safetensors", "wb").write(struct.pack("<Q", len(header)) + header + struct.pack("<300i", *ids))
+PY
+  t=$(stamp)
+  echo "cpu: $(timeout 300 "$bin/qwick" eval -m $model --device cpu --tokens /tmp/tokens.safetensors \
+    --out /tmp/cpu_logits.safetensors 2>&1 | tail -1) ($(($(stamp) - t)) s)"
+  for variant in "prefill:" "prefill200+decode100:--decode-from 200" "chunk64:--chunk 64"; do
+    name=${variant%%:*} args=${variant#*:}
+    # shellcheck disable=SC2086
+    echo "cuda $name: $(timeout 120 "$bin/qwick" eval -m $model --device cuda --tokens /tmp/tokens.safetensors \
+      --reference /tmp/cpu_logits.safetensors $args 2>&1 | tail -1)"
+  done
+fi
 
 bench() {  # name, extra args...
   local name=$1

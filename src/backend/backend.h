@@ -30,7 +30,8 @@ struct BackendOptions {
   bool cpu_exact = false;
   bool device_graphs = true;              // CUDA: replay each decode step as one captured graph
   // CUDA prefill optimizations to switch off, comma separated, for ablations: "gemm" (the simple
-  // GEMM kernel instead of the pipelined one). Unknown names are an error.
+  // GEMM kernel instead of the pipelined one), "conv" (DeltaNet conv walking the rows of a chunk in
+  // turn), "scan" (8 rows per scan warp instead of 2). Unknown names are an error.
   std::string prefill_off;
 };
 

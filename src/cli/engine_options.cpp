@@ -22,7 +22,7 @@ void EngineOptions::add_to(ArgParser& p) {
   p.flag({"--exact"}, "f32 activations in every CPU matrix product (reference numerics, slower decode)", &exact,
          "QWICK_EXACT");
   p.option({"--prefill-off"}, "LIST",
-           "CUDA prefill optimizations to switch off for ablations, comma separated: gemm", &prefill_off,
+           "CUDA prefill optimizations to switch off for ablations, comma separated: gemm, conv, scan", &prefill_off,
            "QWICK_PREFILL_OFF");
 }
 

@@ -160,15 +160,16 @@ TEST(Gemm, MatchesCpuOverFormatsShapesAndRowCounts) {
         dy.upload(std::vector<float>(static_cast<size_t>(n * c.rows), NAN));
         cuda::gemm(a, nullptr);
         // Only W's rounding to bf16 separates the two (x is bf16 on both sides): ~2e-3, noisier when
-        // there are only a few outputs (5.5e-3 seen at 3 × 1).
-        EXPECT_LT(rel_err(dy.download(), ref), 1e-2);
+        // there are only a few outputs (1.5e-2 seen at 1 × 1, the same from both kernels).
+        const double bound = n * c.rows < 64 ? 5e-2 : 1e-2;
+        EXPECT_LT(rel_err(dy.download(), ref), bound);
         // accumulate: y += W·x on top of what is there.
         dy.upload(base);
         a.accumulate = true;
         cuda::gemm(a, nullptr);
         std::vector<float> want(base);
         for (size_t i = 0; i < want.size(); ++i) want[i] += ref[i];
-        EXPECT_LT(rel_err(dy.download(), want), 1e-2);
+        EXPECT_LT(rel_err(dy.download(), want), bound);
       }
     }
   }
@@ -401,15 +402,18 @@ TEST(Norm, RmsNormGatedNormAndEmbedding) {
 }
 
 // Conv, prepare and scan over several chunks (including 1-row decode steps) against the CPU
-// functions run over the same chunks, with the states carried on both sides.
+// functions run over the same chunks, with the states carried on both sides; with the decode
+// settings and with the prefill ones (row-parallel conv, 2 scan rows per warp).
 TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
   struct Shape {
     int Hk, Hv, Dk, Dv;
   };
+  for (bool prefill_settings : {false, true})
   for (const Shape s : {Shape{16, 32, 128, 128}, Shape{2, 4, 32, 32}, Shape{4, 8, 64, 64}}) {
-    SCOPED_TRACE(fmt::format("Hk {} Hv {} Dk {} Dv {}", s.Hk, s.Hv, s.Dk, s.Dv));
+    SCOPED_TRACE(fmt::format("Hk {} Hv {} Dk {} Dv {}, {} settings", s.Hk, s.Hv, s.Dk, s.Dv,
+                             prefill_settings ? "prefill" : "decode"));
     const int K = 4;
     const int64_t key_dim = int64_t{s.Hk} * s.Dk, C = 2 * key_dim + int64_t{s.Hv} * s.Dv,
                   Vt = int64_t{s.Hv} * s.Dv;
@@ -453,14 +457,17 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
       // GPU.
       DeviceArray<float> d_qkv(qkv), d_b(b), d_a(a), d_conv(qkv.size()), d_beta(b.size()), d_decay(b.size()),
           d_o(o.size());
-      cuda::deltanet_conv({d_qkv.data(), C, n, C, d_conv_w.data(), K, d_conv_state.data(), d_conv.data(), C},
-                          nullptr);
+      cuda::DeltaNetConvArgs conv_args{d_qkv.data(),          C, n, C, d_conv_w.data(), K,
+                                       d_conv_state.data(), d_conv.data(), C};
+      conv_args.row_parallel = prefill_settings;
+      cuda::deltanet_conv(conv_args, nullptr);
       cuda::deltanet_prepare({d_conv.data(), C, n, s.Hk, s.Dk, s.Hv, d_b.data(), d_a.data(), s.Hv,
                               d_a_neg.data(), d_dt.data(), d_beta.data(), d_decay.data()},
                              nullptr);
-      cuda::deltanet_scan({d_conv.data(), C, d_beta.data(), d_decay.data(), n, s.Hk, s.Hv, s.Dk, s.Dv,
-                           d_rec.data(), d_o.data(), Vt},
-                          nullptr);
+      cuda::DeltaNetScanArgs scan_args{d_conv.data(), C,    d_beta.data(), d_decay.data(), n, s.Hk, s.Hv, s.Dk,
+                                       s.Dv,          d_rec.data(), d_o.data(), Vt};
+      scan_args.rows_per_warp = prefill_settings ? 2 : 8;
+      cuda::deltanet_scan(scan_args, nullptr);
       EXPECT_LT(rel_err(d_conv.download(), conv), 1e-5);
       EXPECT_LT(rel_err(d_beta.download(), beta), 1e-6);
       EXPECT_LT(rel_err(d_decay.download(), decay), 1e-5);

@@ -222,8 +222,12 @@ class CudaBackend final : public Backend {
       const std::string name = off.substr(begin, end - begin);
       if (name == "gemm")
         pipelined_gemm_ = false;
+      else if (name == "conv")
+        row_parallel_conv_ = false;
+      else if (name == "scan")
+        scan_rows_per_warp_ = 8;
       else if (!name.empty())
-        fail("prefill levers: unknown name \"{}\" (known: gemm)", name);
+        fail("prefill levers: unknown name \"{}\" (known: gemm, conv, scan)", name);
       begin = end + 1;
     }
   }
@@ -752,14 +756,17 @@ class CudaBackend final : public Backend {
     gemm_one(w.a, p_.normed, H, n, p_.a, Hv, false);
     const auto& [conv_state, rec_state] = deltanet_state_[static_cast<size_t>(slot)];
     timer_.mark("deltanet: conv, gates");
-    deltanet_conv({p_.qkv, C, n, C, w.conv, cfg_.conv_kernel, conv_state, p_.conv, C}, stream_);
+    DeltaNetConvArgs conv{p_.qkv, C, n, C, w.conv, cfg_.conv_kernel, conv_state, p_.conv, C};
+    conv.row_parallel = row_parallel_conv_;
+    deltanet_conv(conv, stream_);
     deltanet_prepare({p_.conv, C, n, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, p_.b, p_.a, Hv,
                       w.a_neg, w.dt_bias, p_.beta, p_.decay},
                      stream_);
     timer_.mark("deltanet: scan");
-    deltanet_scan({p_.conv, C, p_.beta, p_.decay, n, cfg_.lin_n_k_heads, cfg_.lin_n_v_heads, cfg_.lin_k_dim,
-                   cfg_.lin_v_dim, rec_state, p_.dn_out, Vt},
-                  stream_);
+    DeltaNetScanArgs scan{p_.conv, C, p_.beta, p_.decay, n, cfg_.lin_n_k_heads, cfg_.lin_n_v_heads, cfg_.lin_k_dim,
+                          cfg_.lin_v_dim, rec_state, p_.dn_out, Vt};
+    scan.rows_per_warp = scan_rows_per_warp_;
+    deltanet_scan(scan, stream_);
     timer_.mark("deltanet: gated norm");
     gated_rms_norm_rows({p_.dn_out, Vt, p_.z, Vt, n, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm,
                          cfg_.rms_norm_eps, nullptr, p_.dn16, Vt},
@@ -854,7 +861,10 @@ class CudaBackend final : public Backend {
   const ModelConfig& cfg_;
   int64_t max_context_;
   bool use_graph_;
-  bool pipelined_gemm_ = true;  // BackendOptions::prefill_off
+  // BackendOptions::prefill_off
+  bool pipelined_gemm_ = true;
+  bool row_parallel_conv_ = true;
+  int scan_rows_per_warp_ = 2;
   StageTimer timer_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t token_ready_ = nullptr;

@@ -30,6 +30,50 @@ __global__ void conv_kernel(DeltaNetConvArgs a) {
   for (int j = 0; j < K - 1; ++j) a.state[j * a.C + c] = hist[j];
 }
 
+// The same convolution with a thread per (row, channel), for chunks of many rows: row t reads rows
+// t - K + 1 .. t of [window state; input]. The window is left to conv_window_kernel, which runs after
+// (a thread overwriting it here could race with one still reading it).
+template <int K>
+__global__ void conv_rows_kernel(DeltaNetConvArgs a) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t t = blockIdx.y;
+  if (c >= a.C) return;
+  float acc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    const int64_t src = t - (K - 1) + j;  // < 0: position K - 1 + src of the window
+    const float x = src < 0 ? a.state[(K - 1 + src) * a.C + c] : a.in[src * a.ld_in + c];
+    acc += a.w[c * K + j] * x;
+  }
+  a.out[t * a.ld_out + c] = siluf_(acc);
+}
+
+// The window after the chunk: the last K - 1 rows of [window state; input], per channel.
+template <int K>
+__global__ void conv_window_kernel(DeltaNetConvArgs a) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= a.C) return;
+  float next[K - 1];
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) {
+    const int64_t src = a.n - (K - 1) + j;
+    next[j] = src < 0 ? a.state[(K - 1 + src) * a.C + c] : a.in[src * a.ld_in + c];
+  }
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) a.state[j * a.C + c] = next[j];
+}
+
+template <int K>
+void launch_conv(const DeltaNetConvArgs& a, cudaStream_t stream) {
+  const unsigned blocks = blocks_for(a.C, 128);
+  if (a.row_parallel && a.n > 1) {
+    conv_rows_kernel<K><<<dim3(blocks, static_cast<unsigned>(a.n)), 128, 0, stream>>>(a);
+    conv_window_kernel<K><<<blocks, 128, 0, stream>>>(a);
+  } else {
+    conv_kernel<K><<<blocks, 128, 0, stream>>>(a);
+  }
+}
+
 // One block per row: a warp per q or k head, then the gates.
 __global__ void prepare_kernel(DeltaNetPrepareArgs a) {
   const int64_t t = blockIdx.x;
@@ -50,15 +94,13 @@ __global__ void prepare_kernel(DeltaNetPrepareArgs a) {
   }
 }
 
-constexpr int kScanRowsPerWarp = 8;
 constexpr int kScanWarps = 4;
-constexpr int kScanRowsPerBlock = kScanRowsPerWarp * kScanWarps;
 
-template <int EPL>  // state values per lane per row = Dk / 32
+template <int EPL, int kScanRowsPerWarp>  // state values per lane per row = Dk / 32; rows per warp
 __global__ void __launch_bounds__(kScanWarps * 32) scan_kernel(DeltaNetScanArgs a) {
   const int h = blockIdx.x, kh = h / (a.Hv / a.Hk);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int j0 = blockIdx.y * kScanRowsPerBlock + warp * kScanRowsPerWarp;
+  const int j0 = (blockIdx.y * kScanWarps + warp) * kScanRowsPerWarp;
   const int64_t key_dim = static_cast<int64_t>(a.Hk) * a.Dk;
   const int64_t q_off = static_cast<int64_t>(kh) * a.Dk + lane * EPL;
   const int64_t k_off = key_dim + q_off;
@@ -133,16 +175,16 @@ __global__ void __launch_bounds__(kScanWarps * 32) scan_kernel(DeltaNetScanArgs 
 }  // namespace
 
 void deltanet_conv(const DeltaNetConvArgs& a, cudaStream_t stream) {
-  const unsigned blocks = blocks_for(a.C, 128);
+  if (a.n == 0) return;
   switch (a.K) {
     case 2:
-      conv_kernel<2><<<blocks, 128, 0, stream>>>(a);
+      launch_conv<2>(a, stream);
       break;
     case 3:
-      conv_kernel<3><<<blocks, 128, 0, stream>>>(a);
+      launch_conv<3>(a, stream);
       break;
     case 4:
-      conv_kernel<4><<<blocks, 128, 0, stream>>>(a);
+      launch_conv<4>(a, stream);
       break;
     default:
       check(cudaErrorInvalidValue, "deltanet_conv: kernel size must be 2..4");
@@ -156,23 +198,35 @@ void deltanet_prepare(const DeltaNetPrepareArgs& a, cudaStream_t stream) {
   check_launch("deltanet_prepare");
 }
 
-void deltanet_scan(const DeltaNetScanArgs& a, cudaStream_t stream) {
-  if (a.Dv % kScanRowsPerBlock != 0 || a.Hv % a.Hk != 0)
-    check(cudaErrorInvalidValue, "deltanet_scan: Dv must be a multiple of 32 and Hv of Hk");
-  const dim3 grid(static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.Dv / kScanRowsPerBlock));
+namespace {
+template <int R>
+void launch_scan(const DeltaNetScanArgs& a, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.Dv / (R * kScanWarps)));
   switch (a.Dk) {
     case 32:
-      scan_kernel<1><<<grid, kScanWarps * 32, 0, stream>>>(a);
+      scan_kernel<1, R><<<grid, kScanWarps * 32, 0, stream>>>(a);
       break;
     case 64:
-      scan_kernel<2><<<grid, kScanWarps * 32, 0, stream>>>(a);
+      scan_kernel<2, R><<<grid, kScanWarps * 32, 0, stream>>>(a);
       break;
     case 128:
-      scan_kernel<4><<<grid, kScanWarps * 32, 0, stream>>>(a);
+      scan_kernel<4, R><<<grid, kScanWarps * 32, 0, stream>>>(a);
       break;
     default:
       check(cudaErrorInvalidValue, "deltanet_scan: Dk must be 32, 64 or 128");
   }
+}
+}  // namespace
+
+void deltanet_scan(const DeltaNetScanArgs& a, cudaStream_t stream) {
+  if (a.Dv % 32 != 0 || a.Hv % a.Hk != 0)
+    check(cudaErrorInvalidValue, "deltanet_scan: Dv must be a multiple of 32 and Hv of Hk");
+  if (a.rows_per_warp == 2)
+    launch_scan<2>(a, stream);
+  else if (a.rows_per_warp == 8)
+    launch_scan<8>(a, stream);
+  else
+    check(cudaErrorInvalidValue, "deltanet_scan: rows_per_warp must be 2 or 8");
   check_launch("deltanet_scan");
 }
 

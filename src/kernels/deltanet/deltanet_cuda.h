@@ -2,13 +2,15 @@
 //
 //   deltanet_conv     causal depthwise conv + SiLU over n rows, one thread per channel walking the
 //                     rows with the K-1 previous inputs in registers; the window state [K-1, C]
-//                     is read at the start and written back at the end (ready for the next chunk)
+//                     is read at the start and written back at the end (ready for the next chunk).
+//                     With row_parallel (and n > 1) a thread per (row, channel) instead, then the
+//                     window: a chunk's rows no longer wait on each other
 //   deltanet_prepare  per row: q and k L2-normalised per key head in place (q also scaled by
 //                     Dk^-1/2); beta = sigmoid(b), decay = exp(-exp(A_log) · softplus(a + dt_bias))
 //   deltanet_scan     the recurrence token by token. The state [Hv, Dv, Dk] (row j of a head is
-//                     the spec's column j, see deltanet.h) is split into 32-row slices, one block of
-//                     4 warps each; a warp carries 8 rows in registers (Dk/32 values per lane) through
-//                     all n tokens, prefetching the next token's q, k, v, beta and decay:
+//                     the spec's column j, see deltanet.h) is split into slices of 4 warps, one block
+//                     each; a warp carries rows_per_warp (8 or 2) rows in registers (Dk/32 values per
+//                     lane) through all n tokens, prefetching the next token's q, k, v, beta, decay:
 //                        u = decay·(S_j·k); S_j = decay·S_j + beta·(v_j - u)·k; o_j = S_j·q
 //                     rows are independent, so no block-wide barrier is needed inside the loop.
 // The gated output norm is gated_rms_norm_rows (norm_cuda.h).
@@ -32,6 +34,7 @@ struct DeltaNetConvArgs {
   float* state;    // [K-1, C], oldest first; updated
   float* out;      // [n, ld_out]
   int64_t ld_out;
+  bool row_parallel = false;
 };
 void deltanet_conv(const DeltaNetConvArgs& a, cudaStream_t stream);
 
@@ -60,6 +63,10 @@ struct DeltaNetScanArgs {
   float* state;        // [Hv, Dv, Dk]
   float* out;          // [n, ld_out], value head h at h·Dv
   int64_t ld_out;
+  // 8: one warp per SM sub-partition at the real model's size (32 heads × 128 rows), each token's
+  // cost a long dependent chain; 2: four times the warps, each with a quarter of the work per token,
+  // so a chunk's tokens go through about that much faster (prefill).
+  int rows_per_warp = 8;
 };
 void deltanet_scan(const DeltaNetScanArgs& a, cudaStream_t stream);
 
