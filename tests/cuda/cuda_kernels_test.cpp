@@ -175,6 +175,27 @@ TEST(Gemm, MatchesCpuOverFormatsShapesAndRowCounts) {
   }
 }
 
+// The prefill router's f32 GEMM: f32 activations and exact weights, so the GEMV's bound.
+TEST(GemmF32, MatchesCpuAtTheGemvBound) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  for (const MatrixCase& c :
+       {MatrixCase{WeightFormat::kAffine8, 256, 2048}, MatrixCase{WeightFormat::kAffine8, 1, 2048},
+        MatrixCase{WeightFormat::kAffine4, 100, 640, 128}, MatrixCase{WeightFormat::kAffine8, 33, 192},
+        MatrixCase{WeightFormat::kBF16, 77, 320}}) {
+    for (int64_t n : {1, 65, 300}) {
+      SCOPED_TRACE(describe(c) + fmt::format(", {} rows", n));
+      HostMatrix h = random_matrix(c.format, c.rows, c.cols, c.group, rng);
+      auto up = cuda::upload_matrix(h.w, nullptr);
+      const auto x = randn(static_cast<size_t>(n * c.cols), rng);
+      const auto ref = cpu_matmul(h.w, x, n);
+      DeviceArray<float> dx(x), dy(std::vector<float>(static_cast<size_t>(n * c.rows), NAN));
+      cuda::gemm_f32(up.m, dx.data(), n, dy.data(), nullptr);
+      EXPECT_LT(rel_err(dy.download(), ref), 2e-5);
+    }
+  }
+}
+
 TEST(Moe, RouteMatchesRouteToken) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
@@ -411,71 +432,73 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
     int Hk, Hv, Dk, Dv;
   };
   for (bool prefill_settings : {false, true})
-  for (const Shape s : {Shape{16, 32, 128, 128}, Shape{2, 4, 32, 32}, Shape{4, 8, 64, 64}}) {
-    SCOPED_TRACE(fmt::format("Hk {} Hv {} Dk {} Dv {}, {} settings", s.Hk, s.Hv, s.Dk, s.Dv,
-                             prefill_settings ? "prefill" : "decode"));
-    const int K = 4;
-    const int64_t key_dim = int64_t{s.Hk} * s.Dk, C = 2 * key_dim + int64_t{s.Hv} * s.Dv,
-                  Vt = int64_t{s.Hv} * s.Dv;
-    const auto conv_w = randn(static_cast<size_t>(C * K), rng, 0.5f);
-    std::vector<float> a_neg(static_cast<size_t>(s.Hv)), dt_bias = randn(static_cast<size_t>(s.Hv), rng);
-    std::uniform_real_distribution<float> ua(1.0f, 16.0f);
-    for (float& v : a_neg) v = -ua(rng);
-    std::vector<float> conv_state(static_cast<size_t>((K - 1) * C), 0.0f),
-        rec(static_cast<size_t>(Vt * s.Dk), 0.0f);
-    DeviceArray<float> d_conv_w(conv_w), d_a_neg(a_neg), d_dt(dt_bias), d_conv_state(conv_state), d_rec(rec);
-    for (int64_t n : {5, 1, 1, 130, 1, 64}) {
-      SCOPED_TRACE(fmt::format("chunk of {}", n));
-      const auto qkv = randn(static_cast<size_t>(n * C), rng);
-      const auto b = randn(static_cast<size_t>(n * s.Hv), rng), a = randn(static_cast<size_t>(n * s.Hv), rng);
-      // CPU.
-      std::vector<float> conv(qkv.size()), beta(b.size()), decay(b.size()), o(static_cast<size_t>(n * Vt));
-      causal_conv_silu(qkv.data(), n, C, conv_w.data(), K, conv_state.data(), conv.data(), 0, C);
-      for (int64_t t = 0; t < n; ++t) {
-        float* row = conv.data() + t * C;
-        for (int h = 0; h < s.Hk; ++h) {
-          l2_norm(row + h * s.Dk, s.Dk, 1e-6f, 1.0f / std::sqrt(static_cast<float>(s.Dk)));
-          l2_norm(row + key_dim + h * s.Dk, s.Dk, 1e-6f, 1.0f);
+    for (const Shape s : {Shape{16, 32, 128, 128}, Shape{2, 4, 32, 32}, Shape{4, 8, 64, 64}}) {
+      SCOPED_TRACE(fmt::format("Hk {} Hv {} Dk {} Dv {}, {} settings", s.Hk, s.Hv, s.Dk, s.Dv,
+                               prefill_settings ? "prefill" : "decode"));
+      const int K = 4;
+      const int64_t key_dim = int64_t{s.Hk} * s.Dk, C = 2 * key_dim + int64_t{s.Hv} * s.Dv,
+                    Vt = int64_t{s.Hv} * s.Dv;
+      const auto conv_w = randn(static_cast<size_t>(C * K), rng, 0.5f);
+      std::vector<float> a_neg(static_cast<size_t>(s.Hv)), dt_bias = randn(static_cast<size_t>(s.Hv), rng);
+      std::uniform_real_distribution<float> ua(1.0f, 16.0f);
+      for (float& v : a_neg) v = -ua(rng);
+      std::vector<float> conv_state(static_cast<size_t>((K - 1) * C), 0.0f),
+          rec(static_cast<size_t>(Vt * s.Dk), 0.0f);
+      DeviceArray<float> d_conv_w(conv_w), d_a_neg(a_neg), d_dt(dt_bias), d_conv_state(conv_state),
+          d_rec(rec);
+      for (int64_t n : {5, 1, 1, 130, 1, 64}) {
+        SCOPED_TRACE(fmt::format("chunk of {}", n));
+        const auto qkv = randn(static_cast<size_t>(n * C), rng);
+        const auto b = randn(static_cast<size_t>(n * s.Hv), rng),
+                   a = randn(static_cast<size_t>(n * s.Hv), rng);
+        // CPU.
+        std::vector<float> conv(qkv.size()), beta(b.size()), decay(b.size()), o(static_cast<size_t>(n * Vt));
+        causal_conv_silu(qkv.data(), n, C, conv_w.data(), K, conv_state.data(), conv.data(), 0, C);
+        for (int64_t t = 0; t < n; ++t) {
+          float* row = conv.data() + t * C;
+          for (int h = 0; h < s.Hk; ++h) {
+            l2_norm(row + h * s.Dk, s.Dk, 1e-6f, 1.0f / std::sqrt(static_cast<float>(s.Dk)));
+            l2_norm(row + key_dim + h * s.Dk, s.Dk, 1e-6f, 1.0f);
+          }
+          deltanet_gates(b.data() + t * s.Hv, a.data() + t * s.Hv, a_neg.data(), dt_bias.data(), s.Hv,
+                         beta.data() + t * s.Hv, decay.data() + t * s.Hv);
         }
-        deltanet_gates(b.data() + t * s.Hv, a.data() + t * s.Hv, a_neg.data(), dt_bias.data(), s.Hv,
-                       beta.data() + t * s.Hv, decay.data() + t * s.Hv);
+        for (int h = 0; h < s.Hv; ++h) {
+          const int64_t kh = h / (s.Hv / s.Hk);
+          DeltaNetHeadScan scan{conv.data() + kh * s.Dk,
+                                conv.data() + key_dim + kh * s.Dk,
+                                C,
+                                conv.data() + 2 * key_dim + int64_t{h} * s.Dv,
+                                C,
+                                decay.data() + h,
+                                beta.data() + h,
+                                s.Hv,
+                                o.data() + int64_t{h} * s.Dv,
+                                Vt};
+          deltanet_scan_head(scan, n, s.Dk, s.Dv, rec.data() + int64_t{h} * s.Dv * s.Dk, kVectorOpsReference);
+        }
+        // GPU.
+        DeviceArray<float> d_qkv(qkv), d_b(b), d_a(a), d_conv(qkv.size()), d_beta(b.size()),
+            d_decay(b.size()), d_o(o.size());
+        cuda::DeltaNetConvArgs conv_args{d_qkv.data(),  C, n, C, d_conv_w.data(), K, d_conv_state.data(),
+                                         d_conv.data(), C};
+        conv_args.row_parallel = prefill_settings;
+        cuda::deltanet_conv(conv_args, nullptr);
+        cuda::deltanet_prepare({d_conv.data(), C, n, s.Hk, s.Dk, s.Hv, d_b.data(), d_a.data(), s.Hv,
+                                d_a_neg.data(), d_dt.data(), d_beta.data(), d_decay.data()},
+                               nullptr);
+        cuda::DeltaNetScanArgs scan_args{d_conv.data(), C,    d_beta.data(), d_decay.data(), n,          s.Hk,
+                                         s.Hv,          s.Dk, s.Dv,          d_rec.data(),   d_o.data(), Vt};
+        scan_args.rows_per_warp = prefill_settings ? 2 : 8;
+        cuda::deltanet_scan(scan_args, nullptr);
+        EXPECT_LT(rel_err(d_conv.download(), conv), 1e-5);
+        EXPECT_LT(rel_err(d_beta.download(), beta), 1e-6);
+        EXPECT_LT(rel_err(d_decay.download(), decay), 1e-5);
+        EXPECT_LT(rel_err(d_o.download(), o), 1e-4);
+        EXPECT_LT(rel_err(d_conv_state.download(), conv_state), 1e-6);
+        EXPECT_LT(rel_err(d_rec.download(), rec), 1e-4);
       }
-      for (int h = 0; h < s.Hv; ++h) {
-        const int64_t kh = h / (s.Hv / s.Hk);
-        DeltaNetHeadScan scan{conv.data() + kh * s.Dk,
-                              conv.data() + key_dim + kh * s.Dk,
-                              C,
-                              conv.data() + 2 * key_dim + int64_t{h} * s.Dv,
-                              C,
-                              decay.data() + h,
-                              beta.data() + h,
-                              s.Hv,
-                              o.data() + int64_t{h} * s.Dv,
-                              Vt};
-        deltanet_scan_head(scan, n, s.Dk, s.Dv, rec.data() + int64_t{h} * s.Dv * s.Dk, kVectorOpsReference);
-      }
-      // GPU.
-      DeviceArray<float> d_qkv(qkv), d_b(b), d_a(a), d_conv(qkv.size()), d_beta(b.size()), d_decay(b.size()),
-          d_o(o.size());
-      cuda::DeltaNetConvArgs conv_args{d_qkv.data(),          C, n, C, d_conv_w.data(), K,
-                                       d_conv_state.data(), d_conv.data(), C};
-      conv_args.row_parallel = prefill_settings;
-      cuda::deltanet_conv(conv_args, nullptr);
-      cuda::deltanet_prepare({d_conv.data(), C, n, s.Hk, s.Dk, s.Hv, d_b.data(), d_a.data(), s.Hv,
-                              d_a_neg.data(), d_dt.data(), d_beta.data(), d_decay.data()},
-                             nullptr);
-      cuda::DeltaNetScanArgs scan_args{d_conv.data(), C,    d_beta.data(), d_decay.data(), n, s.Hk, s.Hv, s.Dk,
-                                       s.Dv,          d_rec.data(), d_o.data(), Vt};
-      scan_args.rows_per_warp = prefill_settings ? 2 : 8;
-      cuda::deltanet_scan(scan_args, nullptr);
-      EXPECT_LT(rel_err(d_conv.download(), conv), 1e-5);
-      EXPECT_LT(rel_err(d_beta.download(), beta), 1e-6);
-      EXPECT_LT(rel_err(d_decay.download(), decay), 1e-5);
-      EXPECT_LT(rel_err(d_o.download(), o), 1e-4);
-      EXPECT_LT(rel_err(d_conv_state.download(), conv_state), 1e-6);
-      EXPECT_LT(rel_err(d_rec.download(), rec), 1e-4);
     }
-  }
 }
 
 struct AttnShape {
@@ -594,9 +617,6 @@ TEST(Attention, PrefillMatchesAttendPerRow) {
           out(static_cast<size_t>(n * s.nq * s.hd));
       DeviceArray<float> dgate(gate);
       const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
-      cuda::attention_prefill({dq.data(), kc.data(), vc.data(), cap, n, pos0, s.nq, s.nkv, s.hd, scale,
-                               dgate.data() + s.hd, ld_gate, q_stride, out.data()},
-                              nullptr);
       std::vector<float> ref(out.size()), scores(static_cast<size_t>(cap));
       for (int64_t t = 0; t < n; ++t)
         for (int h = 0; h < s.nq; ++h) {
@@ -606,7 +626,16 @@ TEST(Attention, PrefillMatchesAttendPerRow) {
           for (int d = 0; d < s.hd; ++d)
             o[d] *= sigmoid(gate[static_cast<size_t>(t * ld_gate + h * q_stride + s.hd + d)]);
         }
-      EXPECT_LT(rel_err(from_bf16(out.download()), ref), 1.5e-2);
+      for (bool transpose_v : {false, true}) {
+        SCOPED_TRACE(transpose_v ? "V transposed at load" : "V through ldmatrix.trans");
+        cuda::AttentionPrefillArgs args{
+            dq.data(), kc.data(), vc.data(),           cap,     n,        pos0,      s.nq, s.nkv,
+            s.hd,      scale,     dgate.data() + s.hd, ld_gate, q_stride, out.data()};
+        args.transpose_v = transpose_v;
+        out.upload(std::vector<uint16_t>(out.size(), 0x7fc0));  // NaN
+        cuda::attention_prefill(args, nullptr);
+        EXPECT_LT(rel_err(from_bf16(out.download()), ref), 1.5e-2);
+      }
     }
   }
 }

@@ -226,8 +226,12 @@ class CudaBackend final : public Backend {
         row_parallel_conv_ = false;
       else if (name == "scan")
         scan_rows_per_warp_ = 8;
+      else if (name == "router")
+        router_gemm_ = false;
+      else if (name == "attention")
+        attention_transpose_v_ = true;
       else if (!name.empty())
-        fail("prefill levers: unknown name \"{}\" (known: gemm, conv, scan)", name);
+        fail("prefill levers: unknown name \"{}\" (known: gemm, conv, scan, router, attention)", name);
       begin = end + 1;
     }
   }
@@ -740,6 +744,7 @@ class CudaBackend final : public Backend {
                             q_rows,
                             q_stride,
                             p_.att16};
+    at.transpose_v = attention_transpose_v_;
     timer_.mark("attention: flash prefill");
     attention_prefill(at, stream_);
     timer_.mark("attention: o projection");
@@ -778,11 +783,16 @@ class CudaBackend final : public Backend {
   void prefill_moe(const CudaMoeWeights& w, int64_t n) {
     const int64_t H = cfg_.hidden_size, E = cfg_.n_experts, k = cfg_.n_experts_per_tok, I = cfg_.expert_dim,
                   S = cfg_.shared_expert_dim;
-    // The router in f32 (gemv per row): expert choice is discrete, and bf16 inputs would flip
-    // near-tied choices away from what the decode path and the CPU pick.
-    timer_.mark("moe: router (f32 gemv)");
-    gemv_rows(w.router, p_.normed_f32, n, p_.router);
-    gemv_rows(w.shared_gate, p_.normed_f32, n, p_.shared_logit);
+    // The router in f32 (gemm_f32; a gemv per row when switched off): expert choice is discrete, and
+    // bf16 inputs would flip near-tied choices away from what the decode path and the CPU pick.
+    timer_.mark("moe: router (f32)");
+    if (router_gemm_) {
+      gemm_f32(w.router, p_.normed_f32, n, p_.router, stream_);
+      gemm_f32(w.shared_gate, p_.normed_f32, n, p_.shared_logit, stream_);
+    } else {
+      gemv_rows(w.router, p_.normed_f32, n, p_.router);
+      gemv_rows(w.shared_gate, p_.normed_f32, n, p_.shared_logit);
+    }
     timer_.mark("moe: route, group");
     moe_route(p_.router, E, n, static_cast<int>(E), static_cast<int>(k), p_.ids, p_.weights, stream_);
     moe_group(p_.ids, n, static_cast<int>(k), static_cast<int>(E), p_.grouping, stream_);
@@ -865,6 +875,8 @@ class CudaBackend final : public Backend {
   bool pipelined_gemm_ = true;
   bool row_parallel_conv_ = true;
   int scan_rows_per_warp_ = 2;
+  bool router_gemm_ = true;
+  bool attention_transpose_v_ = false;
   StageTimer timer_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t token_ready_ = nullptr;

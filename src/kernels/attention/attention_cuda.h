@@ -71,6 +71,7 @@ struct AttentionPrefillArgs {
   const float* gate;  // row t, head h: gate + t·ld_gate + h·gate_stride; null: no output gate
   int64_t ld_gate, gate_stride;
   uint16_t* out;  // [n, n_heads · head_dim] bf16
+  bool transpose_v = false;  // the first kernel's V layout (ablations; attention_prefill_cuda.cu)
 };
 void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t stream);
 

@@ -1,8 +1,12 @@
 // Prefill attention on the tensor cores (contract in attention_cuda.h), flash-attention 2 layout.
 //
 // Block (query head h, 64 rows of the chunk), 4 warps of 16 rows. Shared memory, bf16, rows padded
-// by 8 elements:  Qs [64][HD]   Ks [64 keys][HD]   Vt [HD][64 keys] (V transposed at load, so the
-// P·V operand is a contiguous pair along keys like every other fragment). Per 64-key tile:
+// by 8 elements:  Qs [64][HD]   Ks [64 keys][HD]   and V either
+//   Vs [64 keys][HD] as stored (kTransV = false), the P·V operand read with ldmatrix.trans, which
+//                    hands each lane its pair of keys along a dimension; or
+//   Vt [HD][64 keys] transposed at load by 2-byte stores (kTransV = true, the first version, kept
+//                    for the ablation: a warp's stores there all hit one bank, 32-way serialized).
+// Per 64-key tile:
 //   S = Q·Kᵀ        mma.sync m16n8k16, 8 key columns per n-tile, HD/16 k steps
 //   mask            key position > query position -> -inf (causality; later keys are masked too)
 //   online softmax  row max/sum across the 4 lanes sharing a row (shuffles), rescale O
@@ -27,15 +31,24 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-template <int HD>
+template <int HD, bool kTransV>
 struct Smem {
   static constexpr int kLdQ = HD + 8, kLdV = kKeys + 8;
-  static constexpr size_t kBytes = sizeof(uint16_t) * (2 * kRows * kLdQ + HD * kLdV);
+  static constexpr size_t kBytes =
+      sizeof(uint16_t) * (2 * kRows * kLdQ + (kTransV ? HD * kLdV : kKeys * kLdQ));
 };
 
-template <int HD>
+// Fragments b0, b1 of two n-tiles (dimensions d0 .. d0 + 15) for keys k0 .. k0 + 15 from row-major V.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* row) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+template <int HD, bool kTransV>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionPrefillArgs a) {
-  constexpr int kLdQ = Smem<HD>::kLdQ, kLdV = Smem<HD>::kLdV;
+  constexpr int kLdQ = Smem<HD, kTransV>::kLdQ, kLdV = Smem<HD, kTransV>::kLdV;
   extern __shared__ uint4 smem4[];
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem4);
   uint16_t* Ks = Qs + kRows * kLdQ;
@@ -73,10 +86,14 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionPrefillArgs 
         vv = *reinterpret_cast<const uint4*>(vc + p * HD + c * 8);
       }
       *reinterpret_cast<uint4*>(Ks + r * kLdQ + c * 8) = kv;
-      const uint32_t vw[4] = {vv.x, vv.y, vv.z, vv.w};
+      if constexpr (kTransV) {
+        const uint32_t vw[4] = {vv.x, vv.y, vv.z, vv.w};
 #pragma unroll
-      for (int e = 0; e < 8; ++e)
-        Vt[(c * 8 + e) * kLdV + r] = static_cast<uint16_t>(vw[e / 2] >> (16 * (e % 2)));
+        for (int e = 0; e < 8; ++e)
+          Vt[(c * 8 + e) * kLdV + r] = static_cast<uint16_t>(vw[e / 2] >> (16 * (e % 2)));
+      } else {
+        *reinterpret_cast<uint4*>(Vt + r * kLdQ + c * 8) = vv;
+      }
     }
     __syncthreads();
 
@@ -138,11 +155,24 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionPrefillArgs 
       const uint32_t p1 = pack_bf16x2(s[2 * ks][2], s[2 * ks][3]);
       const uint32_t p2 = pack_bf16x2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
       const uint32_t p3 = pack_bf16x2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+      if constexpr (kTransV) {
 #pragma unroll
-      for (int nt = 0; nt < HD / 8; ++nt) {
-        const uint16_t* vb = Vt + (nt * 8 + g) * kLdV + ks * 16 + 2 * tq;
-        mma_bf16(o[nt], p0, p1, p2, p3, *reinterpret_cast<const uint32_t*>(vb),
-                 *reinterpret_cast<const uint32_t*>(vb + 8));
+        for (int nt = 0; nt < HD / 8; ++nt) {
+          const uint16_t* vb = Vt + (nt * 8 + g) * kLdV + ks * 16 + 2 * tq;
+          mma_bf16(o[nt], p0, p1, p2, p3, *reinterpret_cast<const uint32_t*>(vb),
+                   *reinterpret_cast<const uint32_t*>(vb + 8));
+        }
+      } else {
+        // Lanes 0-7 / 8-15 / 16-23 / 24-31 address keys +0..7 / +8..15 / +0..7 / +8..15 of
+        // dimensions nt·8 / nt·8 / nt·8 + 8 / nt·8 + 8: b0, b1 of n-tile nt, then of nt + 1.
+        const uint16_t* vrow = Vt + (ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kLdQ + (lane >> 4) * 8;
+#pragma unroll
+        for (int nt = 0; nt < HD / 8; nt += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vrow + nt * 8);
+          mma_bf16(o[nt], p0, p1, p2, p3, b[0], b[1]);
+          mma_bf16(o[nt + 1], p0, p1, p2, p3, b[2], b[3]);
+        }
       }
     }
   }
@@ -170,17 +200,25 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionPrefillArgs 
   }
 }
 
-template <int HD>
-void launch(const AttentionPrefillArgs& a, cudaStream_t stream) {
+template <int HD, bool kTransV>
+void launch_layout(const AttentionPrefillArgs& a, cudaStream_t stream) {
   static bool configured = false;
   if (!configured) {
-    check(cudaFuncSetAttribute(prefill_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(Smem<HD>::kBytes)),
+    check(cudaFuncSetAttribute(prefill_kernel<HD, kTransV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(Smem<HD, kTransV>::kBytes)),
           "attention_prefill: shared memory limit");
     configured = true;
   }
   const dim3 grid(static_cast<unsigned>(a.n_heads), blocks_for(a.n, kRows));
-  prefill_kernel<HD><<<grid, kThreads, Smem<HD>::kBytes, stream>>>(a);
+  prefill_kernel<HD, kTransV><<<grid, kThreads, Smem<HD, kTransV>::kBytes, stream>>>(a);
+}
+
+template <int HD>
+void launch(const AttentionPrefillArgs& a, cudaStream_t stream) {
+  if (a.transpose_v)
+    launch_layout<HD, true>(a, stream);
+  else
+    launch_layout<HD, false>(a, stream);
 }
 
 }  // namespace

@@ -81,4 +81,8 @@ void gemm(const GemmArgs& args, cudaStream_t stream);
 // The pipelined kernel alone (gemm() picks it when `pipelined` is set and part_rows % 128 == 0).
 void gemm_pipelined(const GemmArgs& args, cudaStream_t stream);
 
+// y[t] = W·x[t] for n f32 rows (x [n, W.cols], y [n, W.rows]) with f32 activations and exactly
+// dequantized weights (gemm_f32_cuda.cu): the prefill router, whose outputs choose experts.
+void gemm_f32(const DeviceMatrix& m, const float* x, int64_t n, float* y, cudaStream_t stream);
+
 }  // namespace qwick::cuda
