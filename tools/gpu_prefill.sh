@@ -46,7 +46,8 @@ PY
   t=$(stamp)
   echo "cpu: $(timeout 300 "$bin/qwick" eval -m $model --device cpu --tokens /tmp/tokens.safetensors \
     --out /tmp/cpu_logits.safetensors 2>&1 | tail -1) ($(($(stamp) - t)) s)"
-  for variant in "prefill:" "prefill200+decode100:--decode-from 200" "chunk64:--chunk 64"; do
+  for variant in "prefill:" "prefill200+decode100:--decode-from 200" "chunk64:--chunk 64" \
+    "prefill, every lever off:--prefill-off $(echo $levers | tr ' ' ,)"; do
     name=${variant%%:*} args=${variant#*:}
     # shellcheck disable=SC2086
     echo "cuda $name: $(timeout 120 "$bin/qwick" eval -m $model --device cuda --tokens /tmp/tokens.safetensors \
@@ -64,6 +65,11 @@ bench() {  # name, extra args...
 }
 bench all_on --stages
 for lever in $levers; do bench "off_$lever" --prefill-off "$lever"; done
+if [[ -n "${QWICK_LONG:-}" ]]; then  # one long prompt, every lever on and every lever off
+  lengths=$QWICK_LONG
+  bench long_all_on
+  bench long_all_off --prefill-off "$(echo $levers | tr ' ' ,)"
+fi
 
 echo
 for f in "$out"/bench_*.txt; do

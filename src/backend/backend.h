@@ -31,7 +31,7 @@ struct BackendOptions {
   bool device_graphs = true;              // CUDA: replay each decode step as one captured graph
   // CUDA prefill optimizations to switch off, comma separated, for ablations: "gemm" (the simple
   // GEMM kernel instead of the pipelined one), "conv" (DeltaNet conv walking the rows of a chunk in
-  // turn), "scan" (8 rows per scan warp instead of 2), "router" (the router as a GEMV per row
+  // turn), "scan" (the decode scan: 8 rows per warp, one token ahead), "router" (the router as a GEMV per row
   // instead of one f32 GEMM), "attention" (flash prefill transposing V at load instead of reading it
   // with ldmatrix.trans). Unknown names are an error.
   std::string prefill_off;

@@ -136,7 +136,9 @@ TEST(Gemm, MatchesCpuOverFormatsShapesAndRowCounts) {
   cases.push_back({WeightFormat::kAffine8, 200, 960, 96});
   for (const MatrixCase& c : cases) {
     if (c.rows > 20000) continue;  // the lm_head is covered by the gemv test and the backend
-    for (int64_t n : {1, 7, 64, 65, 300}) {
+    for (int64_t n : {1, 7, 64, 65, 300, 2200}) {
+      // 2200 rows: the pipelined kernel's 128-row tiles (chosen when they give two blocks per SM).
+      if (n == 2200 && c.rows < 2048) continue;
       HostMatrix h = random_matrix(c.format, c.rows, c.cols, c.group, rng);
       auto up = cuda::upload_matrix(h.w, nullptr);
       const auto x = round_bf16(randn(static_cast<size_t>(n * c.cols), rng));
@@ -183,7 +185,7 @@ TEST(GemmF32, MatchesCpuAtTheGemvBound) {
        {MatrixCase{WeightFormat::kAffine8, 256, 2048}, MatrixCase{WeightFormat::kAffine8, 1, 2048},
         MatrixCase{WeightFormat::kAffine4, 100, 640, 128}, MatrixCase{WeightFormat::kAffine8, 33, 192},
         MatrixCase{WeightFormat::kBF16, 77, 320}}) {
-    for (int64_t n : {1, 65, 300}) {
+    for (int64_t n : {1, 65, 300, 2049}) {  // 16-row tiles below 2048 rows, 64-row ones from there
       SCOPED_TRACE(describe(c) + fmt::format(", {} rows", n));
       HostMatrix h = random_matrix(c.format, c.rows, c.cols, c.group, rng);
       auto up = cuda::upload_matrix(h.w, nullptr);
@@ -424,7 +426,7 @@ TEST(Norm, RmsNormGatedNormAndEmbedding) {
 
 // Conv, prepare and scan over several chunks (including 1-row decode steps) against the CPU
 // functions run over the same chunks, with the states carried on both sides; with the decode
-// settings and with the prefill ones (row-parallel conv, 2 scan rows per warp).
+// settings and with the prefill ones (row-parallel conv, scan with 2 rows per warp, 4 tokens ahead).
 TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
@@ -489,7 +491,7 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
                                nullptr);
         cuda::DeltaNetScanArgs scan_args{d_conv.data(), C,    d_beta.data(), d_decay.data(), n,          s.Hk,
                                          s.Hv,          s.Dk, s.Dv,          d_rec.data(),   d_o.data(), Vt};
-        scan_args.rows_per_warp = prefill_settings ? 2 : 8;
+        scan_args.prefill = prefill_settings;
         cuda::deltanet_scan(scan_args, nullptr);
         EXPECT_LT(rel_err(d_conv.download(), conv), 1e-5);
         EXPECT_LT(rel_err(d_beta.download(), beta), 1e-6);

@@ -225,7 +225,7 @@ class CudaBackend final : public Backend {
       else if (name == "conv")
         row_parallel_conv_ = false;
       else if (name == "scan")
-        scan_rows_per_warp_ = 8;
+        prefill_scan_ = false;
       else if (name == "router")
         router_gemm_ = false;
       else if (name == "attention")
@@ -770,7 +770,7 @@ class CudaBackend final : public Backend {
     timer_.mark("deltanet: scan");
     DeltaNetScanArgs scan{p_.conv, C, p_.beta, p_.decay, n, cfg_.lin_n_k_heads, cfg_.lin_n_v_heads, cfg_.lin_k_dim,
                           cfg_.lin_v_dim, rec_state, p_.dn_out, Vt};
-    scan.rows_per_warp = scan_rows_per_warp_;
+    scan.prefill = prefill_scan_;
     deltanet_scan(scan, stream_);
     timer_.mark("deltanet: gated norm");
     gated_rms_norm_rows({p_.dn_out, Vt, p_.z, Vt, n, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm,
@@ -832,8 +832,25 @@ class CudaBackend final : public Backend {
     gemm(dn, stream_);
 
     timer_.mark("moe: shared expert");
-    gemm_one(w.shared_gate_proj, p_.normed, H, n, p_.shared_gate_up, 2 * S, false);
-    gemm_one(w.shared_up, p_.normed, H, n, p_.shared_gate_up + S, 2 * S, false);
+    if (pipelined_gemm_ && w.shared_gate_proj.format == w.expert_format &&
+        same_format(w.shared_gate_proj, w.shared_up) && S % 128 == 0) {
+      // gate|up in one launch through the expert table (the shared expert is its entry E): twice the
+      // blocks of either alone.
+      GemmArgs su = gu;
+      su.table_base = static_cast<int>(3 * E);
+      su.part_rows = S;
+      su.N = 2 * S;
+      su.x_rows = nullptr;
+      su.y = p_.shared_gate_up;
+      su.ldy = 2 * S;
+      su.tiles = nullptr;
+      su.tile_count = nullptr;
+      su.n = n;
+      gemm(su, stream_);
+    } else {
+      gemm_one(w.shared_gate_proj, p_.normed, H, n, p_.shared_gate_up, 2 * S, false);
+      gemm_one(w.shared_up, p_.normed, H, n, p_.shared_gate_up + S, 2 * S, false);
+    }
     swiglu(p_.shared_gate_up, p_.shared_gate_up + S, 2 * S, n, S, p_.shared_act, S, true, stream_);
     gemm_one(w.shared_down, p_.shared_act, S, n, p_.shared_down, H, false);
     MoeCombine c{p_.hidden,           n,       H, static_cast<int>(k), p_.weights,
@@ -874,7 +891,7 @@ class CudaBackend final : public Backend {
   // BackendOptions::prefill_off
   bool pipelined_gemm_ = true;
   bool row_parallel_conv_ = true;
-  int scan_rows_per_warp_ = 2;
+  bool prefill_scan_ = true;
   bool router_gemm_ = true;
   bool attention_transpose_v_ = false;
   StageTimer timer_;

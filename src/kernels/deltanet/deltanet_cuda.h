@@ -9,8 +9,9 @@
 //                     Dk^-1/2); beta = sigmoid(b), decay = exp(-exp(A_log) · softplus(a + dt_bias))
 //   deltanet_scan     the recurrence token by token. The state [Hv, Dv, Dk] (row j of a head is
 //                     the spec's column j, see deltanet.h) is split into slices of 4 warps, one block
-//                     each; a warp carries rows_per_warp (8 or 2) rows in registers (Dk/32 values per
-//                     lane) through all n tokens, prefetching the next token's q, k, v, beta, decay:
+//                     each; a warp carries 8 rows (2 with `prefill`) in registers (Dk/32 values per
+//                     lane) through all n tokens, loading q, k, v, beta, decay ahead (4 tokens with
+//                     `prefill`, else 1):
 //                        u = decay·(S_j·k); S_j = decay·S_j + beta·(v_j - u)·k; o_j = S_j·q
 //                     rows are independent, so no block-wide barrier is needed inside the loop.
 // The gated output norm is gated_rms_norm_rows (norm_cuda.h).
@@ -63,10 +64,10 @@ struct DeltaNetScanArgs {
   float* state;        // [Hv, Dv, Dk]
   float* out;          // [n, ld_out], value head h at h·Dv
   int64_t ld_out;
-  // 8: one warp per SM sub-partition at the real model's size (32 heads × 128 rows), each token's
-  // cost a long dependent chain; 2: four times the warps, each with a quarter of the work per token,
-  // so a chunk's tokens go through about that much faster (prefill).
-  int rows_per_warp = 8;
+  // Decode (false): 8 rows per warp, next token's inputs loaded one token ahead. Prefill (true):
+  // 2 rows per warp (4x the warps) and 4 tokens' inputs in flight, as a long chunk otherwise waits
+  // on memory latency once per token (see scan_kernel).
+  bool prefill = false;
 };
 void deltanet_scan(const DeltaNetScanArgs& a, cudaStream_t stream);
 

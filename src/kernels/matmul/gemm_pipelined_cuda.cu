@@ -343,15 +343,24 @@ void launch_format(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
 }  // namespace
 
 void gemm_pipelined(const GemmArgs& a, cudaStream_t stream) {
-  // Tile lists hold at most kGemmTileRows (64) slots per tile; plain GEMMs take 128-row tiles once
-  // there are enough rows to fill them.
+  // Tile lists hold at most kGemmTileRows (64) slots per tile. Plain GEMMs take 128-row tiles when
+  // that still gives two blocks per SM, else 64-row ones (twice the blocks: short chunks and narrow
+  // matrices would otherwise leave most SMs idle).
   static_assert(kGemmTileRows == 64, "the grouped path uses 64-row tiles");
+  static const int sms = [] {
+    int device = 0, count = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
+    return count;
+  }();
   if (a.tiles) {
     if (a.max_tiles > 0) launch_format<64>(a, static_cast<unsigned>(a.max_tiles), stream);
-  } else if (a.n >= 128) {
-    launch_format<128>(a, blocks_for(a.n, 128), stream);
   } else if (a.n > 0) {
-    launch_format<64>(a, blocks_for(a.n, 64), stream);
+    const int64_t blocks128 = static_cast<int64_t>(blocks_for(a.n, 128)) * blocks_for(a.N, kBN);
+    if (blocks128 >= 2 * sms)
+      launch_format<128>(a, blocks_for(a.n, 128), stream);
+    else
+      launch_format<64>(a, blocks_for(a.n, 64), stream);
   }
   check_launch("gemm_pipelined");
 }
