@@ -32,8 +32,9 @@ struct BackendOptions {
   // CUDA prefill optimizations to switch off, comma separated, for ablations: "gemm" (the simple
   // GEMM kernel instead of the pipelined one), "conv" (DeltaNet conv walking the rows of a chunk in
   // turn), "scan" (the decode scan: 8 rows per warp, one token ahead), "router" (the router as a GEMV per row
-  // instead of one f32 GEMM), "attention" (flash prefill transposing V at load instead of reading it
-  // with ldmatrix.trans). Unknown names are an error.
+  // instead of one f32 GEMM), "attention-pipeline" (flash prefill loading each key tile, then computing it, instead of
+  // streaming the next one in meanwhile), "attention" (the first flash prefill: also V transposed at
+  // load instead of read with ldmatrix.trans). Unknown names are an error.
   std::string prefill_off;
 };
 

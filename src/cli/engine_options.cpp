@@ -23,7 +23,7 @@ void EngineOptions::add_to(ArgParser& p) {
          "QWICK_EXACT");
   p.option({"--prefill-off"}, "LIST",
            "CUDA prefill optimizations to switch off for ablations, comma separated: gemm, conv, scan, "
-           "router, attention",
+           "router, attention-pipeline, attention",
            &prefill_off, "QWICK_PREFILL_OFF");
 }
 

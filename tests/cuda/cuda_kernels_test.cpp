@@ -628,12 +628,14 @@ TEST(Attention, PrefillMatchesAttendPerRow) {
           for (int d = 0; d < s.hd; ++d)
             o[d] *= sigmoid(gate[static_cast<size_t>(t * ld_gate + h * q_stride + s.hd + d)]);
         }
-      for (bool transpose_v : {false, true}) {
-        SCOPED_TRACE(transpose_v ? "V transposed at load" : "V through ldmatrix.trans");
+      for (auto [variant, name] : {std::pair{cuda::AttentionPrefillVariant::kPipelined, "pipelined"},
+                                   std::pair{cuda::AttentionPrefillVariant::kLdmatrix, "ldmatrix"},
+                                   std::pair{cuda::AttentionPrefillVariant::kTransposed, "V transposed"}}) {
+        SCOPED_TRACE(name);
         cuda::AttentionPrefillArgs args{
             dq.data(), kc.data(), vc.data(),           cap,     n,        pos0,      s.nq, s.nkv,
             s.hd,      scale,     dgate.data() + s.hd, ld_gate, q_stride, out.data()};
-        args.transpose_v = transpose_v;
+        args.variant = variant;
         out.upload(std::vector<uint16_t>(out.size(), 0x7fc0));  // NaN
         cuda::attention_prefill(args, nullptr);
         EXPECT_LT(rel_err(from_bf16(out.download()), ref), 1.5e-2);

@@ -228,10 +228,12 @@ class CudaBackend final : public Backend {
         prefill_scan_ = false;
       else if (name == "router")
         router_gemm_ = false;
+      else if (name == "attention-pipeline" && attention_ != AttentionPrefillVariant::kTransposed)
+        attention_ = AttentionPrefillVariant::kLdmatrix;
       else if (name == "attention")
-        attention_transpose_v_ = true;
+        attention_ = AttentionPrefillVariant::kTransposed;
       else if (!name.empty())
-        fail("prefill levers: unknown name \"{}\" (known: gemm, conv, scan, router, attention)", name);
+        fail("prefill levers: unknown name \"{}\" (known: gemm, conv, scan, router, attention-pipeline, attention)", name);
       begin = end + 1;
     }
   }
@@ -744,7 +746,7 @@ class CudaBackend final : public Backend {
                             q_rows,
                             q_stride,
                             p_.att16};
-    at.transpose_v = attention_transpose_v_;
+    at.variant = attention_;
     timer_.mark("attention: flash prefill");
     attention_prefill(at, stream_);
     timer_.mark("attention: o projection");
@@ -893,7 +895,7 @@ class CudaBackend final : public Backend {
   bool row_parallel_conv_ = true;
   bool prefill_scan_ = true;
   bool router_gemm_ = true;
-  bool attention_transpose_v_ = false;
+  AttentionPrefillVariant attention_ = AttentionPrefillVariant::kPipelined;
   StageTimer timer_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t token_ready_ = nullptr;
