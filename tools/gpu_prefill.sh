@@ -9,7 +9,7 @@
 set -uo pipefail
 bin=$(cd "$1" && pwd)
 lengths=${2:-512,4K,32K}
-levers=${3:-gemm conv scan router attention-pipeline attention}
+levers=${3:-gemm conv router attention-pipeline attention}
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

@@ -31,8 +31,8 @@ struct BackendOptions {
   bool device_graphs = true;              // CUDA: replay each decode step as one captured graph
   // CUDA prefill optimizations to switch off, comma separated, for ablations: "gemm" (the simple
   // GEMM kernel instead of the pipelined one), "conv" (DeltaNet conv walking the rows of a chunk in
-  // turn), "scan" (the decode scan: 8 rows per warp, one token ahead), "router" (the router as a GEMV per row
-  // instead of one f32 GEMM), "attention-pipeline" (flash prefill loading each key tile, then computing it, instead of
+  // turn), "router" (a GEMV per row instead of one f32 GEMM for chunks of 4096 rows),
+  // "attention-pipeline" (flash prefill loading each key tile, then computing it, instead of
   // streaming the next one in meanwhile), "attention" (the first flash prefill: also V transposed at
   // load instead of read with ldmatrix.trans). Unknown names are an error.
   std::string prefill_off;

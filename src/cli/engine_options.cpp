@@ -22,8 +22,8 @@ void EngineOptions::add_to(ArgParser& p) {
   p.flag({"--exact"}, "f32 activations in every CPU matrix product (reference numerics, slower decode)", &exact,
          "QWICK_EXACT");
   p.option({"--prefill-off"}, "LIST",
-           "CUDA prefill optimizations to switch off for ablations, comma separated: gemm, conv, scan, "
-           "router, attention-pipeline, attention",
+           "CUDA prefill optimizations to switch off for ablations, comma separated: gemm, conv, router, "
+           "attention-pipeline, attention",
            &prefill_off, "QWICK_PREFILL_OFF");
 }
 

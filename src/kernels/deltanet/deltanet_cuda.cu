@@ -94,89 +94,82 @@ __global__ void prepare_kernel(DeltaNetPrepareArgs a) {
   }
 }
 
+constexpr int kScanRowsPerWarp = 8;
 constexpr int kScanWarps = 4;
+constexpr int kScanRowsPerBlock = kScanRowsPerWarp * kScanWarps;
 
-// EPL: state values per lane per row (Dk / 32); R: rows per warp; PF: tokens whose inputs are in
-// flight. A token's inputs come from memory nothing in the loop writes, so they can be loaded long
-// before use; with PF = 1 each token waited on a load issued one token earlier, which at ~0.8 µs per
-// token was the memory latency, not the arithmetic.
-template <int EPL, int R, int PF>
-__global__ void __launch_bounds__(kScanWarps * 32, PF > 1 ? 4 : 1) scan_kernel(DeltaNetScanArgs a) {
+template <int EPL>  // state values per lane per row = Dk / 32
+__global__ void __launch_bounds__(kScanWarps * 32) scan_kernel(DeltaNetScanArgs a) {
   const int h = blockIdx.x, kh = h / (a.Hv / a.Hk);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int j0 = (blockIdx.y * kScanWarps + warp) * R;
+  const int j0 = blockIdx.y * kScanRowsPerBlock + warp * kScanRowsPerWarp;
   const int64_t key_dim = static_cast<int64_t>(a.Hk) * a.Dk;
   const int64_t q_off = static_cast<int64_t>(kh) * a.Dk + lane * EPL;
   const int64_t k_off = key_dim + q_off;
   const int64_t v_off = 2 * key_dim + static_cast<int64_t>(h) * a.Dv + j0;
   float* state = a.state + (static_cast<int64_t>(h) * a.Dv + j0) * a.Dk + lane * EPL;
 
-  float S[R][EPL];
+  float S[kScanRowsPerWarp][EPL];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < kScanRowsPerWarp; ++r)
 #pragma unroll
     for (int e = 0; e < EPL; ++e) S[r][e] = state[r * a.Dk + e];
 
-  struct Inputs {
-    float q[EPL], k[EPL], v[R], beta, decay;
-  };
-  auto load = [&](Inputs& in, int64_t t) {
-    if (t >= a.n) return;
+  // Inputs of token t, loaded one token ahead.
+  float q[EPL], k[EPL], v[kScanRowsPerWarp], beta = 0.0f, decay = 0.0f;
+  auto load = [&](int64_t t) {
     const float* row = a.qkv + t * a.ld;
 #pragma unroll
-    for (int e = 0; e < EPL; ++e) in.q[e] = row[q_off + e], in.k[e] = row[k_off + e];
+    for (int e = 0; e < EPL; ++e) q[e] = row[q_off + e], k[e] = row[k_off + e];
 #pragma unroll
-    for (int r = 0; r < R; ++r) in.v[r] = row[v_off + r];
-    in.beta = a.beta[t * a.Hv + h];
-    in.decay = a.decay[t * a.Hv + h];
+    for (int r = 0; r < kScanRowsPerWarp; ++r) v[r] = row[v_off + r];
+    beta = a.beta[t * a.Hv + h];
+    decay = a.decay[t * a.Hv + h];
   };
-  Inputs ring[PF];  // token t's inputs sit in ring[t % PF]
+  if (a.n > 0) load(0);
+  for (int64_t t = 0; t < a.n; ++t) {
+    float cq[EPL], ck[EPL], cv[kScanRowsPerWarp];
 #pragma unroll
-  for (int j = 0; j < PF; ++j) load(ring[j], j);
+    for (int e = 0; e < EPL; ++e) cq[e] = q[e], ck[e] = k[e];
+#pragma unroll
+    for (int r = 0; r < kScanRowsPerWarp; ++r) cv[r] = v[r];
+    const float cbeta = beta, cdecay = decay;
+    if (t + 1 < a.n) load(t + 1);
 
-  for (int64_t t0 = 0; t0 < a.n; t0 += PF) {
+    float sk[kScanRowsPerWarp];
 #pragma unroll
-    for (int j = 0; j < PF; ++j) {
-      const int64_t t = t0 + j;
-      if (t >= a.n) break;
-      const Inputs in = ring[j];
-      load(ring[j], t + PF);
-
-      float sk[R];
+    for (int r = 0; r < kScanRowsPerWarp; ++r) {
+      sk[r] = 0.0f;
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        sk[r] = 0.0f;
-#pragma unroll
-        for (int e = 0; e < EPL; ++e) sk[r] += S[r][e] * in.k[e];
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-        for (int r = 0; r < R; ++r) sk[r] += __shfl_xor_sync(kFullMask, sk[r], o);
-      float out[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const float delta = in.beta * (in.v[r] - in.decay * sk[r]);
-        out[r] = 0.0f;
-#pragma unroll
-        for (int e = 0; e < EPL; ++e) {
-          S[r][e] = in.decay * S[r][e] + delta * in.k[e];
-          out[r] += S[r][e] * in.q[e];
-        }
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-        for (int r = 0; r < R; ++r) out[r] += __shfl_xor_sync(kFullMask, out[r], o);
-      float mine = 0.0f;
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (lane == r) mine = out[r];
-      if (lane < R) a.out[t * a.ld_out + static_cast<int64_t>(h) * a.Dv + j0 + lane] = mine;
+      for (int e = 0; e < EPL; ++e) sk[r] += S[r][e] * ck[e];
     }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int r = 0; r < kScanRowsPerWarp; ++r) sk[r] += __shfl_xor_sync(kFullMask, sk[r], o);
+    float out[kScanRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kScanRowsPerWarp; ++r) {
+      const float delta = cbeta * (cv[r] - cdecay * sk[r]);
+      out[r] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) {
+        S[r][e] = cdecay * S[r][e] + delta * ck[e];
+        out[r] += S[r][e] * cq[e];
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int r = 0; r < kScanRowsPerWarp; ++r) out[r] += __shfl_xor_sync(kFullMask, out[r], o);
+    float mine = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kScanRowsPerWarp; ++r)
+      if (lane == r) mine = out[r];
+    if (lane < kScanRowsPerWarp) a.out[t * a.ld_out + static_cast<int64_t>(h) * a.Dv + j0 + lane] = mine;
   }
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < kScanRowsPerWarp; ++r)
 #pragma unroll
     for (int e = 0; e < EPL; ++e) state[r * a.Dk + e] = S[r][e];
 }
@@ -207,33 +200,23 @@ void deltanet_prepare(const DeltaNetPrepareArgs& a, cudaStream_t stream) {
   check_launch("deltanet_prepare");
 }
 
-namespace {
-template <int R, int PF>
-void launch_scan(const DeltaNetScanArgs& a, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.Dv / (R * kScanWarps)));
+void deltanet_scan(const DeltaNetScanArgs& a, cudaStream_t stream) {
+  if (a.Dv % kScanRowsPerBlock != 0 || a.Hv % a.Hk != 0)
+    check(cudaErrorInvalidValue, "deltanet_scan: Dv must be a multiple of 32 and Hv of Hk");
+  const dim3 grid(static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.Dv / kScanRowsPerBlock));
   switch (a.Dk) {
     case 32:
-      scan_kernel<1, R, PF><<<grid, kScanWarps * 32, 0, stream>>>(a);
+      scan_kernel<1><<<grid, kScanWarps * 32, 0, stream>>>(a);
       break;
     case 64:
-      scan_kernel<2, R, PF><<<grid, kScanWarps * 32, 0, stream>>>(a);
+      scan_kernel<2><<<grid, kScanWarps * 32, 0, stream>>>(a);
       break;
     case 128:
-      scan_kernel<4, R, PF><<<grid, kScanWarps * 32, 0, stream>>>(a);
+      scan_kernel<4><<<grid, kScanWarps * 32, 0, stream>>>(a);
       break;
     default:
       check(cudaErrorInvalidValue, "deltanet_scan: Dk must be 32, 64 or 128");
   }
-}
-}  // namespace
-
-void deltanet_scan(const DeltaNetScanArgs& a, cudaStream_t stream) {
-  if (a.Dv % 32 != 0 || a.Hv % a.Hk != 0)
-    check(cudaErrorInvalidValue, "deltanet_scan: Dv must be a multiple of 32 and Hv of Hk");
-  if (a.prefill)
-    launch_scan<2, 4>(a, stream);
-  else
-    launch_scan<8, 1>(a, stream);
   check_launch("deltanet_scan");
 }
 

@@ -8,10 +8,9 @@
 //   deltanet_prepare  per row: q and k L2-normalised per key head in place (q also scaled by
 //                     Dk^-1/2); beta = sigmoid(b), decay = exp(-exp(A_log) · softplus(a + dt_bias))
 //   deltanet_scan     the recurrence token by token. The state [Hv, Dv, Dk] (row j of a head is
-//                     the spec's column j, see deltanet.h) is split into slices of 4 warps, one block
-//                     each; a warp carries 8 rows (2 with `prefill`) in registers (Dk/32 values per
-//                     lane) through all n tokens, loading q, k, v, beta, decay ahead (4 tokens with
-//                     `prefill`, else 1):
+//                     the spec's column j, see deltanet.h) is split into 32-row slices, one block of
+//                     4 warps each; a warp carries 8 rows in registers (Dk/32 values per lane) through
+//                     all n tokens, prefetching the next token's q, k, v, beta and decay:
 //                        u = decay·(S_j·k); S_j = decay·S_j + beta·(v_j - u)·k; o_j = S_j·q
 //                     rows are independent, so no block-wide barrier is needed inside the loop.
 // The gated output norm is gated_rms_norm_rows (norm_cuda.h).
@@ -64,10 +63,6 @@ struct DeltaNetScanArgs {
   float* state;        // [Hv, Dv, Dk]
   float* out;          // [n, ld_out], value head h at h·Dv
   int64_t ld_out;
-  // Decode (false): 8 rows per warp, next token's inputs loaded one token ahead. Prefill (true):
-  // 2 rows per warp (4x the warps) and 4 tokens' inputs in flight, as a long chunk otherwise waits
-  // on memory latency once per token (see scan_kernel).
-  bool prefill = false;
 };
 void deltanet_scan(const DeltaNetScanArgs& a, cudaStream_t stream);
 
