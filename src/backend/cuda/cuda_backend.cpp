@@ -231,7 +231,8 @@ class CudaBackend final : public Backend {
       else if (name == "attention")
         attention_ = AttentionPrefillVariant::kTransposed;
       else if (!name.empty())
-        fail("prefill levers: unknown name \"{}\" (known: gemm, conv, router, attention-pipeline, attention)", name);
+        fail("prefill levers: unknown name \"{}\" (known: gemm, conv, router, attention-pipeline, attention)",
+             name);
       begin = end + 1;
     }
   }

@@ -17,7 +17,8 @@
 //
 // 4-bit codes become bf16 without a float conversion: a code c in the mantissa of 0x4300 (= 128) is
 // the bf16 value 128 + c exactly; subtracting 128 is exact too, and one bf16 fma applies scale and
-// bias (rounded once, as the simple kernel's f32 value rounded to bf16).
+// bias (rounded once, as the simple kernel's f32 value rounded to bf16). 8-bit codes (up to 255, past
+// that mantissa) go through f32; no prefill matrix of the real model is 8-bit.
 //
 // Shared memory rows are padded where a warp's loads would otherwise hit one bank twice: X rows are
 // 144 bytes (lanes g, g+1 of a quarter-warp land 4 banks apart), bf16 W rows too.
