@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,13 +29,19 @@ struct BackendOptions {
   // against 4-bit weights quantize the activation to int8 per 64 values (decode's fast path); on
   // CUDA that takes device_int8 as well.
   bool exact = false;
-  // CUDA decode levers, each switchable for ablations (qwick --cuda-off):
-  bool device_graphs = true;   // replay each decode step as one captured graph
-  bool device_fusion = true;   // norms, routing, SwiGLU and the expert combine fused into the GEMVs
-  bool device_overlap = true;  // each kernel may start before the previous one ends (programmatic launch)
-  // int8 activations into the 4-bit GEMVs (dp4a). Off by default: the lm_head alone runs 24% faster,
-  // but no end-to-end decode gain was measured yet, and it moves the logits (docs/gpu-notes.md).
+  // int8 activations into the CUDA decode's 4-bit GEMVs (dp4a). Off by default: the lm_head alone runs
+  // 24% faster, but no end-to-end decode gain was measured yet, and it moves the logits
+  // (docs/gpu-notes.md).
   bool device_int8 = false;
+  // CUDA optimizations to switch off, comma separated, for ablations (unknown names are an error).
+  // Decode: "graph" (launch each step's kernels instead of replaying one CUDA graph), "fusion" (norms,
+  // routing, SwiGLU, the expert combine and the DeltaNet prep as kernels of their own), "overlap" (no
+  // programmatic dependent launch). Prefill: "gemm" (the simple GEMM kernel instead of the pipelined
+  // one), "conv" (DeltaNet conv walking the rows of a chunk in turn), "router" (a GEMV per row instead
+  // of one f32 GEMM for chunks of 4096 rows), "attention-pipeline" (flash prefill loading each key
+  // tile, then computing it, instead of streaming the next one in meanwhile), "attention" (the first
+  // flash prefill: also V transposed at load instead of read with ldmatrix.trans).
+  std::string cuda_off;
 };
 
 // Token selection done where the logits are (Backend::decode_sampled); 0 / 1 disable a cut.
@@ -61,6 +68,9 @@ struct PrefillOptions {
   int64_t chunk = 512;      // rows per forward pass; bounds activation memory
   bool all_logits = false;  // logits for every token instead of only the last
   LayerObserver observer;   // optional, for layer-by-layer comparisons
+  // Optional: milliseconds of device time per stage of the pass are added here (CUDA; the CPU
+  // backend leaves it empty). Costs a synchronization per chunk.
+  std::map<std::string, double>* stage_ms = nullptr;
 };
 
 // A copy of a sequence's state at one position (attention KV rows [0, position), DeltaNet conv

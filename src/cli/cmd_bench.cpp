@@ -8,6 +8,7 @@
 //                  GB/s = bytes a step must read (active weights + DeltaNet states + KV of the
 //                  context) / time per token
 //   ppN / tgN      prefill N tokens from empty; N greedy decode steps from empty; mean ± sd
+//   --stages       one more prefill per length with the backend's per-stage device times (CUDA)
 // Also prints the device's measured copy bandwidth and the backend's peak device memory, and writes
 // --json and --plot (PNG) files.
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
@@ -87,10 +89,11 @@ class Runner {
     return {tokens_.data(), static_cast<size_t>(n)};
   }
   // Seconds to prefill n tokens into an empty sequence.
-  double prefill(int64_t n, int64_t chunk) {
+  double prefill(int64_t n, int64_t chunk, std::map<std::string, double>* stage_ms = nullptr) {
     backend_.reset();
     PrefillOptions opt;
     opt.chunk = chunk;
+    opt.stage_ms = stage_ms;
     const auto t0 = Clock::now();
     backend_.prefill(prompt(n), logits_, opt);
     const double s = seconds_since(t0);
@@ -133,6 +136,7 @@ int cmd_bench(int argc, char** argv) {
   int64_t prefill_reps = 3, decode_reps = 3, decode_tokens = 32, chunk = 4096, pp = 512, tg = 128,
           table_reps = 5;
   double rep_budget = 30;
+  bool stages = false;
   ArgParser p("qwick bench [options]",
               "Measures prefill throughput at prompt lengths and decode throughput at context lengths\n"
               "(batch 1, synthetic prompts, medians), with achieved GB/s and TFLOP/s against this model's\n"
@@ -148,6 +152,8 @@ int cmd_bench(int argc, char** argv) {
   p.option({"--pp"}, "N", "prompt length of the ppN row (0 = no table)", &pp);
   p.option({"--tg"}, "N", "generated tokens of the tgN row (0 = no table)", &tg);
   p.option({"--table-reps"}, "N", "runs per table row (mean ± sd)", &table_reps);
+  p.flag({"--stages"},
+         "per length, one more prefill timing each stage on the device (printed, and in --json)", &stages);
   p.option({"--json"}, "FILE", "write every measurement here", &json_path);
   p.option({"--plot"}, "FILE", "write a PNG of both curves here", &plot_path);
   if (!p.parse(argc, argv)) return 0;
@@ -186,6 +192,7 @@ int cmd_bench(int argc, char** argv) {
   std::printf(
       "| -----: | ------------: | --------------: | -----------: | ------------: | ----------: | --------: | "
       "-------------: |\n");
+  std::string stage_text;  // printed after the table
   for (int64_t L : lengths) {
     std::vector<double> pre, dec;
     for (double spent = 0;
@@ -204,7 +211,24 @@ int cmd_bench(int argc, char** argv) {
                 length_name(L).c_str(), pre_tok, pre_tflops, dec_tok, dec_s * 1e3, dec_gbps,
                 100 * dec_gbps / dev.copy_gbps, dec_tflops);
     std::fflush(stdout);
+    nlohmann::json stage_json = nlohmann::json::object();
+    std::map<std::string, double> ms;
+    const double wall = stages ? run.prefill(L, chunk, &ms) : 0.0;
+    if (!ms.empty()) {  // (the CPU backend reports no stages)
+      double total = 0;
+      for (const auto& [name, v] : ms) total += v;
+      std::vector<std::pair<double, std::string>> order;
+      for (const auto& [name, v] : ms) order.emplace_back(-v, name);
+      std::sort(order.begin(), order.end());
+      stage_text +=
+          fmt::format("\nprefill stages at {}: {:.1f} ms on the device ({:.1f} ms wall, this timed run)\n",
+                      length_name(L), total, wall * 1e3);
+      for (const auto& [neg, name] : order)
+        stage_text += fmt::format("  {:<34} {:9.2f} ms {:5.1f}%\n", name, -neg, 100 * -neg / total);
+      stage_json = ms;
+    }
     rows.push_back({{"length", L},
+                    {"stage_ms", stage_json},
                     {"prefill_seconds", pre},
                     {"prefill_tokens_per_s", pre_tok},
                     {"prefill_tflops", pre_tflops},
@@ -217,6 +241,8 @@ int cmd_bench(int argc, char** argv) {
     pre_tps.push_back(pre_tok);
     dec_tps.push_back(dec_tok);
   }
+
+  std::fputs(stage_text.c_str(), stdout);
 
   nlohmann::json table = nlohmann::json::array();
   if (pp > 0 && tg > 0) {

@@ -23,9 +23,11 @@ void EngineOptions::add_to(ArgParser& p) {
            &device, "QWICK_DEVICE");
   p.flag({"--exact"}, "f32 activations in every decode matrix product (reference numerics, slower decode)",
          &exact, "QWICK_EXACT");
-  p.option({"--cuda-off"}, "LIST",
-           "CUDA decode levers to switch off, for ablations: graph, fusion, overlap (comma separated)",
-           &cuda_off, "QWICK_CUDA_OFF");
+  p.option(
+      {"--cuda-off"}, "LIST",
+      "CUDA optimizations to switch off for ablations, comma separated: graph, fusion, overlap (decode); "
+      "gemm, conv, router, attention-pipeline, attention (prefill)",
+      &cuda_off, "QWICK_CUDA_OFF");
   p.flag({"--cuda-int8"},
          "CUDA decode: int8 activations into the 4-bit matrix-vector products (faster lm_head)", &cuda_int8,
          "QWICK_CUDA_INT8");
@@ -38,25 +40,13 @@ BackendOptions EngineOptions::backend_options() const {
   b.max_context = ctx_size;
   b.exact = exact;
   b.device_int8 = cuda_int8;
+  b.cuda_off = cuda_off;
   if (kv_type == "bf16")
     b.kv_dtype = KvDtype::kBF16;
   else if (kv_type == "f32")
     b.kv_dtype = KvDtype::kF32;
   else
     fail("--kv-type: unknown type \"{}\" (expected bf16 or f32)", kv_type);
-  for (size_t start = 0; start < cuda_off.size();) {
-    const size_t end = std::min(cuda_off.find(',', start), cuda_off.size());
-    const std::string lever = cuda_off.substr(start, end - start);
-    if (lever == "graph")
-      b.device_graphs = false;
-    else if (lever == "fusion")
-      b.device_fusion = false;
-    else if (lever == "overlap")
-      b.device_overlap = false;
-    else if (!lever.empty())
-      fail("--cuda-off: unknown lever \"{}\" (expected graph, fusion or overlap)", lever);
-    start = end + 1;
-  }
   return b;
 }
 

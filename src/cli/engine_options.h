@@ -18,7 +18,7 @@ struct EngineOptions {
   std::string kv_type = "bf16";
   std::string device;  // empty: default_device()
   bool exact = false;
-  std::string cuda_off;  // CUDA decode levers switched off (ablations): graph,fusion,overlap
+  std::string cuda_off;  // BackendOptions::cuda_off
   bool cuda_int8 = false;
 
   void add_to(ArgParser& parser);

@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -38,9 +40,9 @@ struct RunSpec {
 std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& tokens, const RunSpec& run) {
   BackendOptions opt;
   opt.max_context = 4096;
-  opt.device_graphs = run.graphs;
-  opt.device_fusion = run.fusion;
-  opt.device_overlap = run.overlap;
+  for (auto [on, lever] :
+       {std::pair{run.graphs, "graph"}, std::pair{run.fusion, "fusion"}, std::pair{run.overlap, "overlap"}})
+    if (!on) opt.cuda_off += std::string(opt.cuda_off.empty() ? "" : ",") + lever;
   opt.threads = 4;
   opt.exact = !run.int8;  // by default the f32 reference numerics, not the int8/bf16 fast paths
   opt.device_int8 = run.int8;

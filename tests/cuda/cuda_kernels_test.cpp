@@ -259,33 +259,76 @@ TEST(Gemv, StackOfUnequalMatrices) {
   }
 }
 
+// Both GEMM kernels. Beyond the shared cases: an odd number of groups per row (the pipelined
+// kernel's scale words then start at odd elements on every other row) and groups of 96 (a 64-wide
+// slice then spans two groups at either parity).
 TEST(Gemm, MatchesCpuOverFormatsShapesAndRowCounts) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
-  for (const MatrixCase& c : matrix_cases()) {
+  std::vector<MatrixCase> cases = matrix_cases();
+  cases.push_back({WeightFormat::kAffine4, 129, 320, 64});
+  cases.push_back({WeightFormat::kAffine4, 100, 960, 96});
+  cases.push_back({WeightFormat::kAffine8, 200, 960, 96});
+  for (const MatrixCase& c : cases) {
     if (c.rows > 20000) continue;  // the lm_head is covered by the gemv test and the backend
-    for (int64_t n : {1, 7, 64, 65, 300}) {
-      SCOPED_TRACE(describe(c) + fmt::format(", {} rows", n));
+    for (int64_t n : {1, 7, 64, 65, 300, 2200}) {
+      // 2200 rows: the pipelined kernel's 128-row tiles (chosen when they give two blocks per SM).
+      if (n == 2200 && c.rows < 2048) continue;
       HostMatrix h = random_matrix(c.format, c.rows, c.cols, c.group, rng);
       auto up = cuda::upload_matrix(h.w, nullptr);
       const auto x = round_bf16(randn(static_cast<size_t>(n * c.cols), rng));
       const auto ref = cpu_matmul(h.w, x, n);
+      const auto base = randn(static_cast<size_t>(n * c.rows), rng);
       DeviceArray<uint16_t> dx(to_bf16(x));
       DeviceArray<float> dy(static_cast<size_t>(n * c.rows));
-      cuda::GemmArgs a;
-      a.single = up.m;
-      a.format = up.m.format;
-      a.K = c.cols;
-      a.N = c.rows;
-      a.x = dx.data();
-      a.ldx = c.cols;
-      a.y = dy.data();
-      a.ldy = c.rows;
-      a.n = n;
-      cuda::gemm(a, nullptr);
-      // Only W's rounding to bf16 separates the two (x is bf16 on both sides): ~2e-3, noisier when
-      // there are only a few outputs (5.5e-3 seen at 3 × 1).
-      EXPECT_LT(rel_err(dy.download(), ref), 1e-2);
+      for (bool pipelined : {false, true}) {
+        SCOPED_TRACE(describe(c) + fmt::format(", {} rows, {}", n, pipelined ? "pipelined" : "simple"));
+        cuda::GemmArgs a;
+        a.single = up.m;
+        a.format = up.m.format;
+        a.K = c.cols;
+        a.N = c.rows;
+        a.x = dx.data();
+        a.ldx = c.cols;
+        a.y = dy.data();
+        a.ldy = c.rows;
+        a.n = n;
+        a.pipelined = pipelined;
+        dy.upload(std::vector<float>(static_cast<size_t>(n * c.rows), NAN));
+        cuda::gemm(a, nullptr);
+        // Only W's rounding to bf16 separates the two (x is bf16 on both sides): ~2e-3, noisier when
+        // there are only a few outputs (1.5e-2 seen at 1 × 1, the same from both kernels).
+        const double bound = n * c.rows < 64 ? 5e-2 : 1e-2;
+        EXPECT_LT(rel_err(dy.download(), ref), bound);
+        // accumulate: y += W·x on top of what is there.
+        dy.upload(base);
+        a.accumulate = true;
+        cuda::gemm(a, nullptr);
+        std::vector<float> want(base);
+        for (size_t i = 0; i < want.size(); ++i) want[i] += ref[i];
+        EXPECT_LT(rel_err(dy.download(), want), bound);
+      }
+    }
+  }
+}
+
+// The prefill router's f32 GEMM: f32 activations and exact weights, so the GEMV's bound.
+TEST(GemmF32, MatchesCpuAtTheGemvBound) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  for (const MatrixCase& c :
+       {MatrixCase{WeightFormat::kAffine8, 256, 2048}, MatrixCase{WeightFormat::kAffine8, 1, 2048},
+        MatrixCase{WeightFormat::kAffine4, 100, 640, 128}, MatrixCase{WeightFormat::kAffine8, 33, 192},
+        MatrixCase{WeightFormat::kBF16, 77, 320}}) {
+    for (int64_t n : {1, 65, 300}) {
+      SCOPED_TRACE(describe(c) + fmt::format(", {} rows", n));
+      HostMatrix h = random_matrix(c.format, c.rows, c.cols, c.group, rng);
+      auto up = cuda::upload_matrix(h.w, nullptr);
+      const auto x = randn(static_cast<size_t>(n * c.cols), rng);
+      const auto ref = cpu_matmul(h.w, x, n);
+      DeviceArray<float> dx(x), dy(std::vector<float>(static_cast<size_t>(n * c.rows), NAN));
+      cuda::gemm_f32(up.m, dx.data(), n, dy.data(), nullptr);
+      EXPECT_LT(rel_err(dy.download(), ref), 2e-5);
     }
   }
 }
@@ -407,66 +450,70 @@ TEST(Moe, GroupingGroupedGemmAndCombine) {
     }
     for (int32_t c : covered) ASSERT_EQ(c, 1);
 
-    // gate|up grouped GEMM, SwiGLU, down grouped GEMM, combine.
-    DeviceArray<uint16_t> dx(to_bf16(x)), act(static_cast<size_t>(pairs * I));
-    DeviceArray<float> gu(static_cast<size_t>(pairs * 2 * I)), down(static_cast<size_t>(pairs * H));
-    cuda::GemmArgs a;
-    a.table = reinterpret_cast<const DeviceMatrix*>(table_dev.data());
-    a.table_stride = 3;
-    a.part_rows = I;
-    a.format = WeightFormat::kAffine4;
-    a.K = H;
-    a.N = 2 * I;
-    a.x = dx.data();
-    a.ldx = H;
-    a.x_rows = slot_row.data();
-    a.y = gu.data();
-    a.ldy = 2 * I;
-    a.tiles = tiles.data();
-    a.tile_count = tile_count.data();
-    a.max_tiles = max_tiles;
-    cuda::gemm(a, nullptr);
-    cuda::swiglu(gu.data(), gu.data() + I, 2 * I, pairs, I, act.data(), I, true, nullptr);
-    cuda::GemmArgs b = a;
-    b.table_base = 2;
-    b.part_rows = 0;
-    b.K = I;
-    b.N = H;
-    b.x = act.data();
-    b.ldx = I;
-    b.x_rows = nullptr;
-    b.y = down.data();
-    b.ldy = H;
-    cuda::gemm(b, nullptr);
-    const auto shared = randn(static_cast<size_t>(n * H), rng);
-    const auto shared_logit = randn(static_cast<size_t>(n), rng);
-    const auto hidden0 = randn(static_cast<size_t>(n * H), rng);
-    DeviceArray<float> dshared(shared), dsl(shared_logit), dhidden(hidden0), dweights(weights);
-    cuda::moe_combine({dhidden.data(), n, H, k, dweights.data(), slot_of.data(), down.data(), H,
-                       dshared.data(), H, dsl.data(), 1},
-                      nullptr);
+    for (bool pipelined : {false, true}) {
+      SCOPED_TRACE(pipelined ? "pipelined gemm" : "simple gemm");
+      // gate|up grouped GEMM, SwiGLU, down grouped GEMM, combine.
+      DeviceArray<uint16_t> dx(to_bf16(x)), act(static_cast<size_t>(pairs * I));
+      DeviceArray<float> gu(static_cast<size_t>(pairs * 2 * I)), down(static_cast<size_t>(pairs * H));
+      cuda::GemmArgs a;
+      a.table = reinterpret_cast<const DeviceMatrix*>(table_dev.data());
+      a.table_stride = 3;
+      a.part_rows = I;
+      a.format = WeightFormat::kAffine4;
+      a.K = H;
+      a.N = 2 * I;
+      a.x = dx.data();
+      a.ldx = H;
+      a.x_rows = slot_row.data();
+      a.y = gu.data();
+      a.ldy = 2 * I;
+      a.tiles = tiles.data();
+      a.tile_count = tile_count.data();
+      a.max_tiles = max_tiles;
+      a.pipelined = pipelined;
+      cuda::gemm(a, nullptr);
+      cuda::swiglu(gu.data(), gu.data() + I, 2 * I, pairs, I, act.data(), I, true, nullptr);
+      cuda::GemmArgs b = a;
+      b.table_base = 2;
+      b.part_rows = 0;
+      b.K = I;
+      b.N = H;
+      b.x = act.data();
+      b.ldx = I;
+      b.x_rows = nullptr;
+      b.y = down.data();
+      b.ldy = H;
+      cuda::gemm(b, nullptr);
+      const auto shared = randn(static_cast<size_t>(n * H), rng);
+      const auto shared_logit = randn(static_cast<size_t>(n), rng);
+      const auto hidden0 = randn(static_cast<size_t>(n * H), rng);
+      DeviceArray<float> dshared(shared), dsl(shared_logit), dhidden(hidden0), dweights(weights);
+      cuda::moe_combine({dhidden.data(), n, H, k, dweights.data(), slot_of.data(), down.data(), H,
+                         dshared.data(), H, dsl.data(), 1},
+                        nullptr);
 
-    // CPU: the same chain, with the activation rounded to bf16 as the GPU feeds it to the GEMM.
-    std::vector<float> want(hidden0);
-    for (int64_t t = 0; t < n; ++t) {
-      const std::vector<float> xt(x.begin() + t * H, x.begin() + (t + 1) * H);
-      float* wt = want.data() + t * H;
-      for (int64_t h = 0; h < H; ++h)
-        wt[h] += sigmoid(shared_logit[static_cast<size_t>(t)]) * shared[static_cast<size_t>(t * H + h)];
-      for (int j = 0; j < k; ++j) {
-        const int e = ids[static_cast<size_t>(t * k + j)];
-        const auto g_ = cpu_matmul(host[static_cast<size_t>(3 * e)].w, xt, 1);
-        const auto u_ = cpu_matmul(host[static_cast<size_t>(3 * e + 1)].w, xt, 1);
-        std::vector<float> h_(static_cast<size_t>(I));
-        for (int64_t i = 0; i < I; ++i)
-          h_[static_cast<size_t>(i)] =
-              round_to_bf16(silu(g_[static_cast<size_t>(i)]) * u_[static_cast<size_t>(i)]);
-        const auto d_ = cpu_matmul(host[static_cast<size_t>(3 * e + 2)].w, h_, 1);
+      // CPU: the same chain, with the activation rounded to bf16 as the GPU feeds it to the GEMM.
+      std::vector<float> want(hidden0);
+      for (int64_t t = 0; t < n; ++t) {
+        const std::vector<float> xt(x.begin() + t * H, x.begin() + (t + 1) * H);
+        float* wt = want.data() + t * H;
         for (int64_t h = 0; h < H; ++h)
-          wt[h] += weights[static_cast<size_t>(t * k + j)] * d_[static_cast<size_t>(h)];
+          wt[h] += sigmoid(shared_logit[static_cast<size_t>(t)]) * shared[static_cast<size_t>(t * H + h)];
+        for (int j = 0; j < k; ++j) {
+          const int e = ids[static_cast<size_t>(t * k + j)];
+          const auto g_ = cpu_matmul(host[static_cast<size_t>(3 * e)].w, xt, 1);
+          const auto u_ = cpu_matmul(host[static_cast<size_t>(3 * e + 1)].w, xt, 1);
+          std::vector<float> h_(static_cast<size_t>(I));
+          for (int64_t i = 0; i < I; ++i)
+            h_[static_cast<size_t>(i)] =
+                round_to_bf16(silu(g_[static_cast<size_t>(i)]) * u_[static_cast<size_t>(i)]);
+          const auto d_ = cpu_matmul(host[static_cast<size_t>(3 * e + 2)].w, h_, 1);
+          for (int64_t h = 0; h < H; ++h)
+            wt[h] += weights[static_cast<size_t>(t * k + j)] * d_[static_cast<size_t>(h)];
+        }
       }
+      EXPECT_LT(rel_err(dhidden.download(), want), 1e-2);
     }
-    EXPECT_LT(rel_err(dhidden.download(), want), 1e-2);
   }
 }
 
@@ -600,83 +647,89 @@ TEST(Norm, RmsNormGatedNormAndEmbedding) {
   }
 }
 
-// Conv, prepare and scan over several chunks (1-row decode steps through the fused
-// deltanet_decode_prepare) against the CPU functions run over the same chunks, with the states
-// carried on both sides.
+// Conv, prepare and scan over several chunks (including 1-row decode steps) against the CPU
+// functions run over the same chunks, with the states carried on both sides; with the conv that
+// walks the rows and with the row-parallel one (prefill), and in the row-parallel pass the 1-row
+// steps go through the decode's fused deltanet_decode_prepare.
 TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
   struct Shape {
     int Hk, Hv, Dk, Dv;
   };
-  for (const Shape s : {Shape{16, 32, 128, 128}, Shape{2, 4, 32, 32}, Shape{4, 8, 64, 64}}) {
-    SCOPED_TRACE(fmt::format("Hk {} Hv {} Dk {} Dv {}", s.Hk, s.Hv, s.Dk, s.Dv));
-    const int K = 4;
-    const int64_t key_dim = int64_t{s.Hk} * s.Dk, C = 2 * key_dim + int64_t{s.Hv} * s.Dv,
-                  Vt = int64_t{s.Hv} * s.Dv;
-    const auto conv_w = randn(static_cast<size_t>(C * K), rng, 0.5f);
-    std::vector<float> a_neg(static_cast<size_t>(s.Hv)), dt_bias = randn(static_cast<size_t>(s.Hv), rng);
-    std::uniform_real_distribution<float> ua(1.0f, 16.0f);
-    for (float& v : a_neg) v = -ua(rng);
-    std::vector<float> conv_state(static_cast<size_t>((K - 1) * C), 0.0f),
-        rec(static_cast<size_t>(Vt * s.Dk), 0.0f);
-    DeviceArray<float> d_conv_w(conv_w), d_a_neg(a_neg), d_dt(dt_bias), d_conv_state(conv_state), d_rec(rec);
-    for (int64_t n : {5, 1, 1, 130, 1, 64}) {
-      SCOPED_TRACE(fmt::format("chunk of {}", n));
-      const auto qkv = randn(static_cast<size_t>(n * C), rng);
-      const auto b = randn(static_cast<size_t>(n * s.Hv), rng), a = randn(static_cast<size_t>(n * s.Hv), rng);
-      // CPU.
-      std::vector<float> conv(qkv.size()), beta(b.size()), decay(b.size()), o(static_cast<size_t>(n * Vt));
-      causal_conv_silu(qkv.data(), n, C, conv_w.data(), K, conv_state.data(), conv.data(), 0, C);
-      for (int64_t t = 0; t < n; ++t) {
-        float* row = conv.data() + t * C;
-        for (int h = 0; h < s.Hk; ++h) {
-          l2_norm(row + h * s.Dk, s.Dk, 1e-6f, 1.0f / std::sqrt(static_cast<float>(s.Dk)));
-          l2_norm(row + key_dim + h * s.Dk, s.Dk, 1e-6f, 1.0f);
+  for (bool row_parallel : {false, true})
+    for (const Shape s : {Shape{16, 32, 128, 128}, Shape{2, 4, 32, 32}, Shape{4, 8, 64, 64}}) {
+      SCOPED_TRACE(fmt::format("Hk {} Hv {} Dk {} Dv {}, {}", s.Hk, s.Hv, s.Dk, s.Dv,
+                               row_parallel ? "row-parallel conv" : "conv by channel"));
+      const int K = 4;
+      const int64_t key_dim = int64_t{s.Hk} * s.Dk, C = 2 * key_dim + int64_t{s.Hv} * s.Dv,
+                    Vt = int64_t{s.Hv} * s.Dv;
+      const auto conv_w = randn(static_cast<size_t>(C * K), rng, 0.5f);
+      std::vector<float> a_neg(static_cast<size_t>(s.Hv)), dt_bias = randn(static_cast<size_t>(s.Hv), rng);
+      std::uniform_real_distribution<float> ua(1.0f, 16.0f);
+      for (float& v : a_neg) v = -ua(rng);
+      std::vector<float> conv_state(static_cast<size_t>((K - 1) * C), 0.0f),
+          rec(static_cast<size_t>(Vt * s.Dk), 0.0f);
+      DeviceArray<float> d_conv_w(conv_w), d_a_neg(a_neg), d_dt(dt_bias), d_conv_state(conv_state),
+          d_rec(rec);
+      for (int64_t n : {5, 1, 1, 130, 1, 64}) {
+        SCOPED_TRACE(fmt::format("chunk of {}", n));
+        const auto qkv = randn(static_cast<size_t>(n * C), rng);
+        const auto b = randn(static_cast<size_t>(n * s.Hv), rng),
+                   a = randn(static_cast<size_t>(n * s.Hv), rng);
+        // CPU.
+        std::vector<float> conv(qkv.size()), beta(b.size()), decay(b.size()), o(static_cast<size_t>(n * Vt));
+        causal_conv_silu(qkv.data(), n, C, conv_w.data(), K, conv_state.data(), conv.data(), 0, C);
+        for (int64_t t = 0; t < n; ++t) {
+          float* row = conv.data() + t * C;
+          for (int h = 0; h < s.Hk; ++h) {
+            l2_norm(row + h * s.Dk, s.Dk, 1e-6f, 1.0f / std::sqrt(static_cast<float>(s.Dk)));
+            l2_norm(row + key_dim + h * s.Dk, s.Dk, 1e-6f, 1.0f);
+          }
+          deltanet_gates(b.data() + t * s.Hv, a.data() + t * s.Hv, a_neg.data(), dt_bias.data(), s.Hv,
+                         beta.data() + t * s.Hv, decay.data() + t * s.Hv);
         }
-        deltanet_gates(b.data() + t * s.Hv, a.data() + t * s.Hv, a_neg.data(), dt_bias.data(), s.Hv,
-                       beta.data() + t * s.Hv, decay.data() + t * s.Hv);
+        for (int h = 0; h < s.Hv; ++h) {
+          const int64_t kh = h / (s.Hv / s.Hk);
+          DeltaNetHeadScan scan{conv.data() + kh * s.Dk,
+                                conv.data() + key_dim + kh * s.Dk,
+                                C,
+                                conv.data() + 2 * key_dim + int64_t{h} * s.Dv,
+                                C,
+                                decay.data() + h,
+                                beta.data() + h,
+                                s.Hv,
+                                o.data() + int64_t{h} * s.Dv,
+                                Vt};
+          deltanet_scan_head(scan, n, s.Dk, s.Dv, rec.data() + int64_t{h} * s.Dv * s.Dk, kVectorOpsReference);
+        }
+        // GPU.
+        DeviceArray<float> d_qkv(qkv), d_b(b), d_a(a), d_conv(qkv.size()), d_beta(b.size()),
+            d_decay(b.size()), d_o(o.size());
+        cuda::DeltaNetConvArgs conv_args{d_qkv.data(),  C, n, C, d_conv_w.data(), K, d_conv_state.data(),
+                                         d_conv.data(), C};
+        conv_args.row_parallel = row_parallel;
+        if (n == 1 && row_parallel) {  // a decode step: conv and prepare fused
+          cuda::deltanet_decode_prepare({conv_args, s.Hk, s.Dk, s.Hv, d_b.data(), d_a.data(), d_a_neg.data(),
+                                         d_dt.data(), d_beta.data(), d_decay.data()},
+                                        nullptr);
+        } else {
+          cuda::deltanet_conv(conv_args, nullptr);
+          cuda::deltanet_prepare({d_conv.data(), C, n, s.Hk, s.Dk, s.Hv, d_b.data(), d_a.data(), s.Hv,
+                                  d_a_neg.data(), d_dt.data(), d_beta.data(), d_decay.data()},
+                                 nullptr);
+        }
+        cuda::deltanet_scan({d_conv.data(), C, d_beta.data(), d_decay.data(), n, s.Hk, s.Hv, s.Dk, s.Dv,
+                             d_rec.data(), d_o.data(), Vt},
+                            nullptr);
+        EXPECT_LT(rel_err(d_conv.download(), conv), 1e-5);
+        EXPECT_LT(rel_err(d_beta.download(), beta), 1e-6);
+        EXPECT_LT(rel_err(d_decay.download(), decay), 1e-5);
+        EXPECT_LT(rel_err(d_o.download(), o), 1e-4);
+        EXPECT_LT(rel_err(d_conv_state.download(), conv_state), 1e-6);
+        EXPECT_LT(rel_err(d_rec.download(), rec), 1e-4);
       }
-      for (int h = 0; h < s.Hv; ++h) {
-        const int64_t kh = h / (s.Hv / s.Hk);
-        DeltaNetHeadScan scan{conv.data() + kh * s.Dk,
-                              conv.data() + key_dim + kh * s.Dk,
-                              C,
-                              conv.data() + 2 * key_dim + int64_t{h} * s.Dv,
-                              C,
-                              decay.data() + h,
-                              beta.data() + h,
-                              s.Hv,
-                              o.data() + int64_t{h} * s.Dv,
-                              Vt};
-        deltanet_scan_head(scan, n, s.Dk, s.Dv, rec.data() + int64_t{h} * s.Dv * s.Dk, kVectorOpsReference);
-      }
-      // GPU.
-      DeviceArray<float> d_qkv(qkv), d_b(b), d_a(a), d_conv(qkv.size()), d_beta(b.size()), d_decay(b.size()),
-          d_o(o.size());
-      const cuda::DeltaNetConvArgs conv_args{d_qkv.data(),  C, n, C, d_conv_w.data(), K, d_conv_state.data(),
-                                             d_conv.data(), C};
-      if (n == 1) {  // a decode step: conv and prepare fused
-        cuda::deltanet_decode_prepare({conv_args, s.Hk, s.Dk, s.Hv, d_b.data(), d_a.data(), d_a_neg.data(),
-                                       d_dt.data(), d_beta.data(), d_decay.data()},
-                                      nullptr);
-      } else {
-        cuda::deltanet_conv(conv_args, nullptr);
-        cuda::deltanet_prepare({d_conv.data(), C, n, s.Hk, s.Dk, s.Hv, d_b.data(), d_a.data(), s.Hv,
-                                d_a_neg.data(), d_dt.data(), d_beta.data(), d_decay.data()},
-                               nullptr);
-      }
-      cuda::deltanet_scan({d_conv.data(), C, d_beta.data(), d_decay.data(), n, s.Hk, s.Hv, s.Dk, s.Dv,
-                           d_rec.data(), d_o.data(), Vt},
-                          nullptr);
-      EXPECT_LT(rel_err(d_conv.download(), conv), 1e-5);
-      EXPECT_LT(rel_err(d_beta.download(), beta), 1e-6);
-      EXPECT_LT(rel_err(d_decay.download(), decay), 1e-5);
-      EXPECT_LT(rel_err(d_o.download(), o), 1e-4);
-      EXPECT_LT(rel_err(d_conv_state.download(), conv_state), 1e-6);
-      EXPECT_LT(rel_err(d_rec.download(), rec), 1e-4);
     }
-  }
 }
 
 struct AttnShape {
@@ -795,9 +848,6 @@ TEST(Attention, PrefillMatchesAttendPerRow) {
           out(static_cast<size_t>(n * s.nq * s.hd));
       DeviceArray<float> dgate(gate);
       const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
-      cuda::attention_prefill({dq.data(), kc.data(), vc.data(), cap, n, pos0, s.nq, s.nkv, s.hd, scale,
-                               dgate.data() + s.hd, ld_gate, q_stride, out.data()},
-                              nullptr);
       std::vector<float> ref(out.size()), scores(static_cast<size_t>(cap));
       for (int64_t t = 0; t < n; ++t)
         for (int h = 0; h < s.nq; ++h) {
@@ -807,7 +857,18 @@ TEST(Attention, PrefillMatchesAttendPerRow) {
           for (int d = 0; d < s.hd; ++d)
             o[d] *= sigmoid(gate[static_cast<size_t>(t * ld_gate + h * q_stride + s.hd + d)]);
         }
-      EXPECT_LT(rel_err(from_bf16(out.download()), ref), 1.5e-2);
+      for (auto [variant, name] : {std::pair{cuda::AttentionPrefillVariant::kPipelined, "pipelined"},
+                                   std::pair{cuda::AttentionPrefillVariant::kLdmatrix, "ldmatrix"},
+                                   std::pair{cuda::AttentionPrefillVariant::kTransposed, "V transposed"}}) {
+        SCOPED_TRACE(name);
+        cuda::AttentionPrefillArgs args{
+            dq.data(), kc.data(), vc.data(),           cap,     n,        pos0,      s.nq, s.nkv,
+            s.hd,      scale,     dgate.data() + s.hd, ld_gate, q_stride, out.data()};
+        args.variant = variant;
+        out.upload(std::vector<uint16_t>(out.size(), 0x7fc0));  // NaN
+        cuda::attention_prefill(args, nullptr);
+        EXPECT_LT(rel_err(from_bf16(out.download()), ref), 1.5e-2);
+      }
     }
   }
 }

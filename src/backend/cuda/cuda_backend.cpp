@@ -17,6 +17,7 @@
 #include <variant>
 
 #include "backend/cuda/cuda_weights.h"
+#include "backend/cuda/stage_timer.h"
 #include "core/error.h"
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/cuda_launch.h"
@@ -87,10 +88,8 @@ class CudaBackend final : public Backend {
       : model_(model),
         cfg_(model.config),
         max_context_(options.max_context > 0 ? options.max_context : cfg_.max_position_embeddings),
-        use_graph_(options.device_graphs),
-        fuse_(options.device_fusion),
-        overlap_(options.device_overlap),
         q8_(options.device_int8 && !options.exact) {
+    set_levers(options.cuda_off);
     if (options.kv_dtype != KvDtype::kBF16) fail("--kv-type: the CUDA backend keeps its KV cache in bf16");
     if (cfg_.n_heads % cfg_.n_kv_heads != 0) fail("n_heads must be a multiple of n_kv_heads");
     if (cfg_.expert_dim % kGemmTileRows != 0)
@@ -172,11 +171,14 @@ class CudaBackend final : public Backend {
     for (size_t done = 0; done < tokens.size();) {
       const size_t n = std::min(tokens.size() - done, static_cast<size_t>(options.chunk));
       const bool last = done + n == tokens.size();
+      timer_.begin(options.stage_ms, stream_);
       forward_chunk(tokens.data() + done, static_cast<int64_t>(n), options.observer);
+      timer_.mark("lm_head");
       if (options.all_logits)
         chunk_logits_all(static_cast<int64_t>(n), logits.data() + done * V);
       else if (last)
         chunk_logits_last(static_cast<int64_t>(n), logits.data());
+      timer_.end();
       done += n;
     }
     set_device_position();
@@ -214,6 +216,35 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  void set_levers(const std::string& off) {
+    size_t begin = 0;
+    while (begin < off.size()) {
+      const size_t end = std::min(off.find(',', begin), off.size());
+      const std::string name = off.substr(begin, end - begin);
+      if (name == "graph")
+        use_graph_ = false;
+      else if (name == "fusion")
+        fuse_ = false;
+      else if (name == "overlap")
+        overlap_ = false;
+      else if (name == "gemm")
+        pipelined_gemm_ = false;
+      else if (name == "conv")
+        row_parallel_conv_ = false;
+      else if (name == "router")
+        router_gemm_ = false;
+      else if (name == "attention-pipeline" && attention_ != AttentionPrefillVariant::kTransposed)
+        attention_ = AttentionPrefillVariant::kLdmatrix;
+      else if (name == "attention")
+        attention_ = AttentionPrefillVariant::kTransposed;
+      else if (!name.empty())
+        fail("--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, gemm, conv, router, "
+             "attention-pipeline, attention)",
+             name);
+      begin = end + 1;
+    }
+  }
+
   // ---- snapshots -------------------------------------------------------------------------------
   size_t snapshot_bytes(int64_t positions) const {
     const size_t kv_rows = static_cast<size_t>(cfg_.n_kv_heads) * static_cast<size_t>(positions) *
@@ -490,6 +521,7 @@ class CudaBackend final : public Backend {
     a.ldy = ldy;
     a.accumulate = accumulate;
     a.n = n;
+    a.pipelined = pipelined_gemm_;
     gemm(a, stream_);
   }
 
@@ -732,16 +764,19 @@ class CudaBackend final : public Backend {
     check(cudaMemcpyAsync(p_.tokens, tokens, sizeof(int32_t) * static_cast<size_t>(n), cudaMemcpyHostToDevice,
                           stream_),
           "prefill: tokens");
+    timer_.mark("embed, norms");
     embed_rows(weights_.embed, p_.tokens, n, p_.hidden, stream_);
     if (observer) observe(observer, 0, n);
     for (int L = 0; L < cfg_.n_layers(); ++L) {
       const CudaLayerWeights& lw = weights_.layers[static_cast<size_t>(L)];
       const int slot = slot_[static_cast<size_t>(L)];
+      timer_.mark("embed, norms");
       rms_norm_rows(p_.hidden, n, H, lw.input_norm, eps, nullptr, p_.normed, stream_);
       if (const auto* att = std::get_if<CudaAttentionWeights>(&lw.mixer))
         prefill_attention(*att, slot, n);
       else
         prefill_deltanet(std::get<CudaDeltaNetWeights>(lw.mixer), slot, n);
+      timer_.mark("embed, norms");
       rms_norm_rows(p_.hidden, n, H, lw.post_norm, eps, p_.normed_f32, p_.normed, stream_);
       prefill_moe(lw.moe, n);
       if (observer) observe(observer, L + 1, n);
@@ -762,6 +797,7 @@ class CudaBackend final : public Backend {
     const int64_t hd = cfg_.head_dim, q_rows = cfg_.q_proj_rows(), kvr = int64_t{cfg_.n_kv_heads} * hd;
     const int64_t q_stride = cfg_.attn_output_gate ? 2 * hd : hd, nq_hd = int64_t{cfg_.n_heads} * hd;
     const int64_t H = cfg_.hidden_size;
+    timer_.mark("attention: q k v projections");
     gemm_one(w.q, p_.normed, H, n, p_.qg, q_rows, false);
     gemm_one(w.k, p_.normed, H, n, p_.k, kvr, false);
     gemm_one(w.v, p_.normed, H, n, p_.v, kvr, false);
@@ -788,6 +824,7 @@ class CudaBackend final : public Backend {
                            kc,
                            vc,
                            max_context_};
+    timer_.mark("attention: norm, rope, cache");
     attention_prep(prep, stream_);
     AttentionPrefillArgs at{p_.q16,
                             kc,
@@ -803,38 +840,57 @@ class CudaBackend final : public Backend {
                             q_rows,
                             q_stride,
                             p_.att16};
+    at.variant = attention_;
+    timer_.mark("attention: flash prefill");
     attention_prefill(at, stream_);
+    timer_.mark("attention: o projection");
     gemm_one(w.o, p_.att16, nq_hd, n, p_.hidden, H, true);
   }
 
   void prefill_deltanet(const CudaDeltaNetWeights& w, int slot, int64_t n) {
     const int64_t H = cfg_.hidden_size, C = cfg_.conv_channels(), Vt = cfg_.lin_v_total(),
                   Hv = cfg_.lin_n_v_heads;
+    timer_.mark("deltanet: qkv z b a projections");
     gemm_one(w.qkv, p_.normed, H, n, p_.qkv, C, false);
     gemm_one(w.z, p_.normed, H, n, p_.z, Vt, false);
     gemm_one(w.b, p_.normed, H, n, p_.b, Hv, false);
     gemm_one(w.a, p_.normed, H, n, p_.a, Hv, false);
     const auto& [conv_state, rec_state] = deltanet_state_[static_cast<size_t>(slot)];
-    deltanet_conv({p_.qkv, C, n, C, w.conv, cfg_.conv_kernel, conv_state, p_.conv, C}, stream_);
+    timer_.mark("deltanet: conv, gates");
+    DeltaNetConvArgs conv{p_.qkv, C, n, C, w.conv, cfg_.conv_kernel, conv_state, p_.conv, C};
+    conv.row_parallel = row_parallel_conv_;
+    deltanet_conv(conv, stream_);
     deltanet_prepare({p_.conv, C, n, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, p_.b, p_.a, Hv,
                       w.a_neg, w.dt_bias, p_.beta, p_.decay},
                      stream_);
+    timer_.mark("deltanet: scan");
     deltanet_scan({p_.conv, C, p_.beta, p_.decay, n, cfg_.lin_n_k_heads, cfg_.lin_n_v_heads, cfg_.lin_k_dim,
                    cfg_.lin_v_dim, rec_state, p_.dn_out, Vt},
                   stream_);
+    timer_.mark("deltanet: gated norm");
     gated_rms_norm_rows({p_.dn_out, Vt, p_.z, Vt, n, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm,
                          cfg_.rms_norm_eps, nullptr, p_.dn16, Vt},
                         stream_);
+    timer_.mark("deltanet: out projection");
     gemm_one(w.out, p_.dn16, Vt, n, p_.hidden, H, true);
   }
 
   void prefill_moe(const CudaMoeWeights& w, int64_t n) {
     const int64_t H = cfg_.hidden_size, E = cfg_.n_experts, k = cfg_.n_experts_per_tok, I = cfg_.expert_dim,
                   S = cfg_.shared_expert_dim;
-    // The router in f32 (gemv per row): expert choice is discrete, and bf16 inputs would flip
-    // near-tied choices away from what the decode path and the CPU pick.
-    gemv_rows(w.router, p_.normed_f32, n, p_.router);
-    gemv_rows(w.shared_gate, p_.normed_f32, n, p_.shared_logit);
+    // The router in f32 (gemm_f32; a gemv per row when switched off): expert choice is discrete, and
+    // bf16 inputs would flip near-tied choices away from what the decode path and the CPU pick.
+    timer_.mark("moe: router (f32)");
+    // gemm_f32 pays from a 4096-row chunk on (measured: 8% faster there; at 512 rows its few
+    // blocks leave the GPU idle and the gemv per row is faster).
+    if (router_gemm_ && n >= 4096) {
+      gemm_f32(w.router, p_.normed_f32, n, p_.router, stream_);
+      gemm_f32(w.shared_gate, p_.normed_f32, n, p_.shared_logit, stream_);
+    } else {
+      gemv_rows(w.router, p_.normed_f32, n, p_.router);
+      gemv_rows(w.shared_gate, p_.normed_f32, n, p_.shared_logit);
+    }
+    timer_.mark("moe: route, group");
     moe_route(p_.router, E, n, static_cast<int>(E), static_cast<int>(k), p_.ids, p_.weights, stream_);
     moe_group(p_.ids, n, static_cast<int>(k), static_cast<int>(E), p_.grouping, stream_);
 
@@ -854,7 +910,10 @@ class CudaBackend final : public Backend {
     gu.tiles = p_.grouping.tiles;
     gu.tile_count = p_.grouping.tile_count;
     gu.max_tiles = moe_max_tiles(n * k, static_cast<int>(E));
+    gu.pipelined = pipelined_gemm_;
+    timer_.mark("moe: experts gate|up");
     gemm(gu, stream_);
+    timer_.mark("moe: swiglu");
     swiglu(p_.gate_up, p_.gate_up + I, 2 * I, n * k, I, p_.act, I, true, stream_);
     GemmArgs dn = gu;
     dn.table_base = 2;
@@ -866,15 +925,35 @@ class CudaBackend final : public Backend {
     dn.x_rows = nullptr;
     dn.y = p_.down;
     dn.ldy = H;
+    timer_.mark("moe: experts down");
     gemm(dn, stream_);
 
-    gemm_one(w.shared_gate_proj, p_.normed, H, n, p_.shared_gate_up, 2 * S, false);
-    gemm_one(w.shared_up, p_.normed, H, n, p_.shared_gate_up + S, 2 * S, false);
+    timer_.mark("moe: shared expert");
+    if (pipelined_gemm_ && w.shared_gate_proj.format == w.expert_format &&
+        same_format(w.shared_gate_proj, w.shared_up) && S % 128 == 0) {
+      // gate|up in one launch through the expert table (the shared expert is its entry E): twice the
+      // blocks of either alone.
+      GemmArgs su = gu;
+      su.table_base = static_cast<int>(3 * E);
+      su.part_rows = S;
+      su.N = 2 * S;
+      su.x_rows = nullptr;
+      su.y = p_.shared_gate_up;
+      su.ldy = 2 * S;
+      su.tiles = nullptr;
+      su.tile_count = nullptr;
+      su.n = n;
+      gemm(su, stream_);
+    } else {
+      gemm_one(w.shared_gate_proj, p_.normed, H, n, p_.shared_gate_up, 2 * S, false);
+      gemm_one(w.shared_up, p_.normed, H, n, p_.shared_gate_up + S, 2 * S, false);
+    }
     swiglu(p_.shared_gate_up, p_.shared_gate_up + S, 2 * S, n, S, p_.shared_act, S, true, stream_);
     gemm_one(w.shared_down, p_.shared_act, S, n, p_.shared_down, H, false);
     MoeCombine c{p_.hidden,           n,       H, static_cast<int>(k), p_.weights,
                  p_.grouping.slot_of, p_.down, H, p_.shared_down,      H,
                  p_.shared_logit,     1};
+    timer_.mark("moe: combine");
     moe_combine(c, stream_);
   }
 
@@ -905,7 +984,14 @@ class CudaBackend final : public Backend {
   const Model& model_;
   const ModelConfig& cfg_;
   int64_t max_context_;
-  bool use_graph_, fuse_, overlap_, q8_;
+  // BackendOptions::cuda_off
+  bool use_graph_ = true, fuse_ = true, overlap_ = true;  // decode
+  bool pipelined_gemm_ = true;                            // prefill
+  bool row_parallel_conv_ = true;
+  bool router_gemm_ = true;
+  AttentionPrefillVariant attention_ = AttentionPrefillVariant::kPipelined;
+  bool q8_;  // BackendOptions::device_int8, unless exact
+  StageTimer timer_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t token_ready_ = nullptr;
   int32_t* host_token_ = nullptr;                  // pinned: the chosen token comes back here

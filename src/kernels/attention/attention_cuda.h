@@ -60,6 +60,7 @@ struct AttentionDecodeArgs {
 };
 void attention_decode(const AttentionDecodeArgs& a, cudaStream_t stream);
 
+enum class AttentionPrefillVariant { kPipelined, kLdmatrix, kTransposed };
 struct AttentionPrefillArgs {
   const uint16_t* q;  // [n, n_heads, head_dim] bf16
   const uint16_t* k_cache;
@@ -71,6 +72,8 @@ struct AttentionPrefillArgs {
   const float* gate;  // row t, head h: gate + t·ld_gate + h·gate_stride; null: no output gate
   int64_t ld_gate, gate_stride;
   uint16_t* out;  // [n, n_heads · head_dim] bf16
+  // Older variants are kept for ablations (attention_prefill_cuda.cu says what each does).
+  AttentionPrefillVariant variant = AttentionPrefillVariant::kPipelined;
 };
 void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t stream);
 

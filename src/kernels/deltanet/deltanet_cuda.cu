@@ -32,6 +32,50 @@ __global__ void conv_kernel(DeltaNetConvArgs a) {
   for (int j = 0; j < K - 1; ++j) a.state[j * a.C + c] = hist[j];
 }
 
+// The same convolution with a thread per (row, channel), for chunks of many rows: row t reads rows
+// t - K + 1 .. t of [window state; input]. The window is left to conv_window_kernel, which runs after
+// (a thread overwriting it here could race with one still reading it).
+template <int K>
+__global__ void conv_rows_kernel(DeltaNetConvArgs a) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t t = blockIdx.y;
+  if (c >= a.C) return;
+  float acc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    const int64_t src = t - (K - 1) + j;  // < 0: position K - 1 + src of the window
+    const float x = src < 0 ? a.state[(K - 1 + src) * a.C + c] : a.in[src * a.ld_in + c];
+    acc += a.w[c * K + j] * x;
+  }
+  a.out[t * a.ld_out + c] = siluf_(acc);
+}
+
+// The window after the chunk: the last K - 1 rows of [window state; input], per channel.
+template <int K>
+__global__ void conv_window_kernel(DeltaNetConvArgs a) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= a.C) return;
+  float next[K - 1];
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) {
+    const int64_t src = a.n - (K - 1) + j;
+    next[j] = src < 0 ? a.state[(K - 1 + src) * a.C + c] : a.in[src * a.ld_in + c];
+  }
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) a.state[j * a.C + c] = next[j];
+}
+
+template <int K>
+void launch_conv(const DeltaNetConvArgs& a, cudaStream_t stream) {
+  const unsigned blocks = blocks_for(a.C, 128);
+  if (a.row_parallel && a.n > 1) {
+    conv_rows_kernel<K><<<dim3(blocks, static_cast<unsigned>(a.n)), 128, 0, stream>>>(a);
+    conv_window_kernel<K><<<blocks, 128, 0, stream>>>(a);
+  } else {
+    conv_kernel<K><<<blocks, 128, 0, stream>>>(a);
+  }
+}
+
 // One block per row: a warp per q or k head, then the gates.
 __global__ void prepare_kernel(DeltaNetPrepareArgs a) {
   const int64_t t = blockIdx.x;
@@ -185,16 +229,16 @@ __global__ void __launch_bounds__(kScanWarps * 32) scan_kernel(DeltaNetScanArgs 
 }  // namespace
 
 void deltanet_conv(const DeltaNetConvArgs& a, cudaStream_t stream) {
-  const unsigned blocks = blocks_for(a.C, 128);
+  if (a.n == 0) return;
   switch (a.K) {
     case 2:
-      conv_kernel<2><<<blocks, 128, 0, stream>>>(a);
+      launch_conv<2>(a, stream);
       break;
     case 3:
-      conv_kernel<3><<<blocks, 128, 0, stream>>>(a);
+      launch_conv<3>(a, stream);
       break;
     case 4:
-      conv_kernel<4><<<blocks, 128, 0, stream>>>(a);
+      launch_conv<4>(a, stream);
       break;
     default:
       check(cudaErrorInvalidValue, "deltanet_conv: kernel size must be 2..4");

@@ -1,5 +1,6 @@
-// Prefill GEMM on the tensor cores: Y[slot, n] = Σ_k X[row(slot), k] · W[n, k], bf16 operands, f32
-// accumulation (see matmul_cuda.h for the table and tile conventions).
+// The simple prefill GEMM on the tensor cores: Y[slot, n] = Σ_k X[row(slot), k] · W[n, k], bf16
+// operands, f32 accumulation (see matmul_cuda.h for the table and tile conventions, and for when the
+// pipelined kernel of gemm_pipelined_cuda.cu runs instead).
 //
 // One block computes a 64 (slots) × 64 (outputs) tile with 4 warps in a 2 × 2 layout, each warp a
 // 32 × 32 sub-tile = 2 × 4 mma.sync.m16n8k16 per 16-wide k step. Per 64-wide k slice:
@@ -151,6 +152,7 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmArgs a) {
 }  // namespace
 
 void gemm(const GemmArgs& a, cudaStream_t stream) {
+  if (a.pipelined && a.part_rows % 128 == 0) return gemm_pipelined(a, stream);
   const unsigned tiles = a.tiles ? static_cast<unsigned>(a.max_tiles) : blocks_for(a.n, kTile);
   if (tiles == 0) return;
   const dim3 grid(blocks_for(a.N, kTile), tiles);

@@ -5,8 +5,11 @@
 //         weight rows and streams them with 16-byte loads (32 weights of 4-bit, 16 of 8-bit, 8 of bf16
 //         per lane), dequantizing in registers (gemv_core.cuh).
 //   gemm  prefill: Y = X·Wᵀ for many bf16 activation rows on the tensor cores (mma.sync m16n8k16,
-//         bf16 in, f32 accumulate). A 64×64 output tile per block: each 64-column slice of W is
-//         dequantized into shared memory right before use, so the full-precision W never exists.
+//         bf16 in, f32 accumulate); the full-precision W never exists. Two kernels:
+//           pipelined (gemm_pipelined_cuda.cu, the default): 64/128 × 128 tiles, X and the raw W
+//             codes streamed through a 4-stage cp.async pipeline, W dequantized in registers
+//           simple (gemm_cuda.cu): 64 × 64 tiles, load-barrier-compute, W dequantized into shared
+//             memory; the fallback (expert widths not a multiple of 128) and the ablation baseline
 //
 // Both take a table of matrices so one launch serves many problems: the routed experts of a decode
 // step (gemv, `index` names each problem's matrix) or the expert groups of a prefill chunk (gemm,
@@ -92,7 +95,14 @@ struct GemmArgs {
   const GemmTile* tiles = nullptr;      // device tile list, `*tile_count` valid entries
   const int32_t* tile_count = nullptr;  // device
   int64_t max_tiles = 0;                // grid bound for the tile list
+  bool pipelined = true;                // false: the simple kernel
 };
 void gemm(const GemmArgs& args, cudaStream_t stream);
+// The pipelined kernel alone (gemm() picks it when `pipelined` is set and part_rows % 128 == 0).
+void gemm_pipelined(const GemmArgs& args, cudaStream_t stream);
+
+// y[t] = W·x[t] for n f32 rows (x [n, W.cols], y [n, W.rows]) with f32 activations and exactly
+// dequantized weights (gemm_f32_cuda.cu): the prefill router, whose outputs choose experts.
+void gemm_f32(const DeviceMatrix& m, const float* x, int64_t n, float* y, cudaStream_t stream);
 
 }  // namespace qwick::cuda

@@ -1,0 +1,369 @@
+// The pipelined prefill GEMM (matmul_cuda.h: gemm_pipelined), same contract as the simple kernel in
+// gemm_cuda.cu, built for throughput:
+//
+//   tiles     BM (64 or 128) slots × 128 outputs per block, BM/64 × 4 warps of 64 × 32, 64-wide k slices
+//   pipeline  kStages slices in flight through cp.async: the X tile (gathered through x_rows, zero
+//             filled past the tile's rows) and W in its file format, raw codes plus the scale and bias
+//             words of the slice; one barrier per slice
+//   dequant   in registers, straight into mma.sync B fragments: each warp decodes only its own 32
+//             columns, and nothing wider than the 4-bit codes ever sits in shared memory
+//
+// The k order inside a slice is permuted so that every lane reads contiguous bytes: in k16 step kk,
+// lane t (= lane % 4) feeds the mma's k slots {2t, 2t+1, 2t+8, 2t+9} with the slice's columns
+// 16t + 4kk + {0, 1, 2, 3}. A dot product does not care about the order of its terms as long as A
+// and B agree, so lane t owns the slice's columns [16t, 16t + 16): 8 bytes of 4-bit codes (one
+// 64-bit load), 16 of 8-bit, 32 of bf16, and 32 bytes of its X rows. 16 columns never straddle a
+// quantization group (groups are multiples of 32), so one scale and bias serve the lane's whole slice.
+//
+// 4-bit codes become bf16 without a float conversion: a code c in the mantissa of 0x4300 (= 128) is
+// the bf16 value 128 + c exactly; subtracting 128 is exact too, and one bf16 fma applies scale and
+// bias (rounded once, as the simple kernel's f32 value rounded to bf16). 8-bit codes (up to 255, past
+// that mantissa) go through f32; no prefill matrix of the real model is 8-bit.
+//
+// Shared memory rows are padded where a warp's loads would otherwise hit one bank twice: X rows are
+// 144 bytes (lanes g, g+1 of a quarter-warp land 4 banks apart), bf16 W rows too.
+//
+// Tests: tests/cuda/cuda_kernels_test.cu (Gemm.*) run every case through both kernels.
+#include <cuda_bf16.h>
+
+#include "kernels/cuda_launch.h"
+#include "kernels/matmul/dequant.cuh"
+
+namespace qwick::cuda {
+namespace {
+
+constexpr int kBN = 128;  // outputs per block
+constexpr int kBK = 64;   // k slice
+constexpr int kStages = 4;
+constexpr int kLdX = kBK + 8;  // bf16 per X row in shared memory (144 bytes)
+
+template <WeightFormat F>
+struct WTile;
+template <>
+struct WTile<WeightFormat::kAffine4> {
+  static constexpr int kRowBytes = kBK / 2, kLdBytes = kRowBytes;
+};
+template <>
+struct WTile<WeightFormat::kAffine8> {
+  static constexpr int kRowBytes = kBK, kLdBytes = kRowBytes;
+};
+template <>
+struct WTile<WeightFormat::kBF16> {
+  static constexpr int kRowBytes = kBK * 2, kLdBytes = kRowBytes + 16;
+};
+
+template <WeightFormat F, int BM>
+struct Layout {
+  static constexpr int kThreads = BM / 64 * 4 * 32;
+  static constexpr int kXBytes = BM * kLdX * 2;
+  static constexpr int kWBytes = kBN * WTile<F>::kLdBytes;
+  static constexpr int kSBBytes = kBN * 16;  // per W row: two scale words, two bias words
+  static constexpr int kStageBytes = kXBytes + kWBytes + kSBBytes;
+  static constexpr int kBytes = kStages * kStageBytes;
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16 (or 4) bytes global -> shared, asynchronously; zero-filled when !valid (src then unread).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+__device__ __forceinline__ uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t r;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+
+// The two codes of byte `byte` of w (low nibble first) as a dequantized bf16 pair.
+__device__ __forceinline__ uint32_t dequant4_pair(uint32_t w, uint32_t w_hi, int byte, uint32_t s2,
+                                                  uint32_t b2) {
+  constexpr uint32_t kOne = 0x3f803f80u, kMinus128 = 0xc300c300u;
+  // byte of w -> bits 0..7, the same byte of w >> 4 -> bits 16..23; keep the low nibbles.
+  const uint32_t x =
+      (prmt(w, w_hi, static_cast<uint32_t>(byte | ((byte + 4) << 8))) & 0x000f000fu) | 0x43004300u;
+  return bf16x2_fma(bf16x2_fma(x, kOne, kMinus128), s2, b2);  // (128 + c) - 128 exact, then c·s + b
+}
+
+template <WeightFormat F, int BM>
+__global__ void __launch_bounds__(Layout<F, BM>::kThreads, BM == 128 ? 1 : 2)
+    gemm_pipelined_kernel(GemmArgs a) {
+  using L = Layout<F, BM>;
+  constexpr int kThreads = L::kThreads, kLdW = WTile<F>::kLdBytes;
+  constexpr int kWChunks = WTile<F>::kRowBytes / 16;  // 16-byte chunks per W row of a slice
+  extern __shared__ uint4 smem4[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
+
+  int group = 0;
+  int64_t s0, s1;
+  if (a.tiles) {
+    if (static_cast<int64_t>(blockIdx.y) >= *a.tile_count) return;
+    const GemmTile tile = a.tiles[blockIdx.y];
+    group = tile.group, s0 = tile.begin, s1 = tile.end;
+  } else {
+    s0 = static_cast<int64_t>(blockIdx.y) * BM;
+    s1 = min(a.n, s0 + BM);
+  }
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBN;
+  const int part = a.part_rows > 0 ? static_cast<int>(n0 / a.part_rows) : 0;
+  const int64_t r0 = n0 - part * a.part_rows;
+  const DeviceMatrix m = a.table ? a.table[group * a.table_stride + a.table_base + part] : a.single;
+  const int64_t groups = F == WeightFormat::kBF16 ? 0 : m.cols / m.group_size;
+  const int KT = static_cast<int>(a.K / kBK);
+
+  // Each thread always copies the same rows: their source pointers (at k = 0) are set up once, and
+  // a slice only adds its column offset. Invalid rows point at valid memory and copy 0 bytes.
+  constexpr int kXPerThread = BM * 8 / kThreads, kWPerThread = kBN * kWChunks / kThreads;
+  constexpr int kSBPerThread = F == WeightFormat::kBF16 ? 0 : kBN * 4 / kThreads;
+  const uint16_t* x_src[kXPerThread];
+  uint32_t x_valid = 0;
+#pragma unroll
+  for (int j = 0; j < kXPerThread; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    const int64_t slot = s0 + (i >> 3);
+    const bool valid = slot < s1;
+    x_valid |= static_cast<uint32_t>(valid) << j;
+    x_src[j] = a.x + (valid ? (a.x_rows ? a.x_rows[slot] : slot) : 0) * a.ldx + (i & 7) * 8;
+  }
+  const uint8_t* w_src[kWPerThread];
+#pragma unroll
+  for (int j = 0; j < kWPerThread; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    const int64_t row = r0 + i / kWChunks;
+    w_src[j] = row < m.rows ? m.data + row * m.row_bytes + (i % kWChunks) * 16 : nullptr;
+  }
+  // A slice touches at most two groups of a row (groups are multiples of 32 wide): the two 4-byte
+  // words from the even element at or before the first one hold both. Thread copies word i & 1 of
+  // the scales (i & 2 == 0) or biases of row i / 4, for i = threadIdx.x + j · kThreads.
+  int64_t sb_first[kSBPerThread > 0 ? kSBPerThread : 1];  // first group element of the row; -1: no row
+#pragma unroll
+  for (int j = 0; j < kSBPerThread; ++j) {
+    const int64_t row = r0 + ((threadIdx.x + j * kThreads) >> 2);
+    sb_first[j] = row < m.rows ? row * groups : -1;
+  }
+  const int64_t sb_end = m.rows * groups;
+
+  auto load_stage = [&](int kt, int stage) {
+    uint8_t* base = smem + stage * L::kStageBytes;
+    uint16_t* xs = reinterpret_cast<uint16_t*>(base);
+    uint8_t* ws = base + L::kXBytes;
+    uint32_t* sb = reinterpret_cast<uint32_t*>(base + L::kXBytes + L::kWBytes);
+    const int k0 = kt * kBK;
+#pragma unroll
+    for (int j = 0; j < kXPerThread; ++j) {
+      const int i = threadIdx.x + j * kThreads;
+      cp_async16(xs + (i >> 3) * kLdX + (i & 7) * 8, x_src[j] + k0, (x_valid >> j) & 1);
+    }
+#pragma unroll
+    for (int j = 0; j < kWPerThread; ++j) {
+      const int i = threadIdx.x + j * kThreads;
+      cp_async16(ws + (i / kWChunks) * kLdW + (i % kWChunks) * 16,
+                 w_src[j] ? w_src[j] + col_byte<F>(k0) : m.data, w_src[j] != nullptr);
+    }
+    if constexpr (F != WeightFormat::kBF16) {
+      const int q0 = k0 / m.group_size;
+#pragma unroll
+      for (int j = 0; j < kSBPerThread; ++j) {
+        const int i = threadIdx.x + j * kThreads;
+        const int64_t e = ((sb_first[j] + q0) & ~int64_t{1}) + 2 * (i & 1);
+        const bool valid = sb_first[j] >= 0 && e < sb_end;
+        cp_async4(sb + i, (i & 2 ? m.biases : m.scales) + (valid ? e : 0), valid);
+      }
+    }
+  };
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int wm = (warp >> 2) * 64, wn = (warp & 3) * 32;
+  float acc[4][4][4] = {};
+  // Parity of the first group element of each of this lane's W rows (see the scale words above).
+  int row_parity[4] = {};
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) row_parity[nt] = static_cast<int>(((r0 + wn + nt * 8 + g) * groups) & 1);
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < KT) load_stage(s, s);
+    cp_async_commit();
+  }
+
+  for (int kt = 0; kt < KT; ++kt) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // slice kt has landed for everyone; everyone is done with slice kt - 1
+    if (kt + kStages - 1 < KT) load_stage(kt + kStages - 1, (kt + kStages - 1) % kStages);
+    cp_async_commit();
+
+    const uint8_t* base = smem + (kt % kStages) * L::kStageBytes;
+    const uint16_t* xs = reinterpret_cast<const uint16_t*>(base);
+    const uint8_t* ws = base + L::kXBytes;
+    const uint32_t* sb = reinterpret_cast<const uint32_t*>(base + L::kXBytes + L::kWBytes);
+
+    // This lane's group parameters per n-tile (its slice columns [16t, 16t + 16) share one group),
+    // and its 4-bit codes: one 64-bit load, word p holding k16 steps 2p and 2p + 1.
+    uint32_t s2[4] = {}, b2[4] = {}, w4[4][2] = {};
+    int q0 = 0, dq = 0;  // group of the slice's first column; of this lane's first column, relative
+    if constexpr (F != WeightFormat::kBF16) {
+      const int k0 = kt * kBK;
+      q0 = k0 / m.group_size;
+      dq = (k0 + 16 * t) / m.group_size - q0;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const int r = wn + nt * 8 + g;
+      if constexpr (F == WeightFormat::kAffine4) {
+        const uint2 v = *reinterpret_cast<const uint2*>(ws + r * kLdW + 8 * t);
+        w4[nt][0] = v.x, w4[nt][1] = v.y;
+      }
+      if constexpr (F != WeightFormat::kBF16) {
+        // This lane's group, counted in bf16 halves from the first word's even element.
+        const int idx = ((row_parity[nt] + q0) & 1) + dq;
+        const uint32_t sel = idx & 1 ? 0x3232u : 0x1010u;  // broadcast that half to both halves
+        s2[nt] = prmt(sb[4 * r + (idx >> 1)], 0, sel);
+        b2[nt] = prmt(sb[4 * r + 2 + (idx >> 1)], 0, sel);
+      }
+    }
+
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {  // k16 steps 2p, 2p + 1
+      // B fragments of both steps for every n-tile: bf[nt][kh] = {b0, b1}.
+      uint32_t bf[4][2][2];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const uint8_t* src = ws + (wn + nt * 8 + g) * kLdW;
+        if constexpr (F == WeightFormat::kAffine4) {
+          const uint32_t w = w4[nt][p], w_hi = w >> 4;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) bf[nt][j >> 1][j & 1] = dequant4_pair(w, w_hi, j, s2[nt], b2[nt]);
+        } else if constexpr (F == WeightFormat::kAffine8) {
+          const uint2 v = *reinterpret_cast<const uint2*>(src + 16 * t + 8 * p);
+          const float sc = __uint_as_float(s2[nt] << 16), bi = __uint_as_float(b2[nt] << 16);
+#pragma unroll
+          for (int kh = 0; kh < 2; ++kh) {
+            const uint32_t w = kh ? v.y : v.x;
+            bf[nt][kh][0] = pack_bf16x2(static_cast<float>(w & 0xffu) * sc + bi,
+                                        static_cast<float>((w >> 8) & 0xffu) * sc + bi);
+            bf[nt][kh][1] = pack_bf16x2(static_cast<float>((w >> 16) & 0xffu) * sc + bi,
+                                        static_cast<float>(w >> 24) * sc + bi);
+          }
+        } else {
+          const uint4 v = *reinterpret_cast<const uint4*>(src + 32 * t + 16 * p);
+          bf[nt][0][0] = v.x, bf[nt][0][1] = v.y, bf[nt][1][0] = v.z, bf[nt][1][1] = v.w;
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) {
+        // Rows g and g + 8 of the m-tile, the lane's 8 columns of these two steps.
+        const uint4 lo = *reinterpret_cast<const uint4*>(xs + (wm + mt * 16 + g) * kLdX + 16 * t + 8 * p);
+        const uint4 hi = *reinterpret_cast<const uint4*>(xs + (wm + mt * 16 + g + 8) * kLdX + 16 * t + 8 * p);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          mma_bf16(acc[mt][nt], lo.x, hi.x, lo.y, hi.y, bf[nt][0][0], bf[nt][0][1]);
+          mma_bf16(acc[mt][nt], lo.z, hi.z, lo.w, hi.w, bf[nt][1][0], bf[nt][1][1]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t slot = s0 + wm + mt * 16 + g + 8 * h;
+      if (slot >= s1) continue;
+      float* yrow = a.y + slot * a.ldy;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = wn + nt * 8 + 2 * t + e;
+          if (r0 + c >= m.rows || n0 + c >= a.N) continue;
+          const float v = acc[mt][nt][2 * h + e];
+          yrow[n0 + c] = a.accumulate ? yrow[n0 + c] + v : v;
+        }
+      }
+    }
+  }
+}
+
+template <WeightFormat F, int BM>
+void launch(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
+  using L = Layout<F, BM>;
+  static const bool raised = [] {
+    check(cudaFuncSetAttribute(gemm_pipelined_kernel<F, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               L::kBytes),
+          "gemm_pipelined: shared memory limit");
+    return true;
+  }();
+  (void)raised;
+  const dim3 grid(blocks_for(a.N, kBN), row_tiles);
+  gemm_pipelined_kernel<F, BM><<<grid, L::kThreads, L::kBytes, stream>>>(a);
+}
+
+template <int BM>
+void launch_format(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
+  switch (a.format) {
+    case WeightFormat::kAffine4:
+      launch<WeightFormat::kAffine4, BM>(a, row_tiles, stream);
+      break;
+    case WeightFormat::kAffine8:
+      launch<WeightFormat::kAffine8, BM>(a, row_tiles, stream);
+      break;
+    default:
+      launch<WeightFormat::kBF16, BM>(a, row_tiles, stream);
+      break;
+  }
+}
+
+}  // namespace
+
+void gemm_pipelined(const GemmArgs& a, cudaStream_t stream) {
+  // Tile lists hold at most kGemmTileRows (64) slots per tile. Plain GEMMs take 128-row tiles when
+  // that still gives two blocks per SM, else 64-row ones (twice the blocks: short chunks and narrow
+  // matrices would otherwise leave most SMs idle).
+  static_assert(kGemmTileRows == 64, "the grouped path uses 64-row tiles");
+  static const int sms = [] {
+    int device = 0, count = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
+    return count;
+  }();
+  if (a.tiles) {
+    if (a.max_tiles > 0) launch_format<64>(a, static_cast<unsigned>(a.max_tiles), stream);
+  } else if (a.n > 0) {
+    const int64_t blocks128 = static_cast<int64_t>(blocks_for(a.n, 128)) * blocks_for(a.N, kBN);
+    if (blocks128 >= 2 * sms)
+      launch_format<128>(a, blocks_for(a.n, 128), stream);
+    else
+      launch_format<64>(a, blocks_for(a.n, 64), stream);
+  }
+  check_launch("gemm_pipelined");
+}
+
+}  // namespace qwick::cuda

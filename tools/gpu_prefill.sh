@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Prefill measurements on the GPU machine in one run: the kernel tests, the full-size model, then
+# `qwick bench` at a few lengths with the per-stage split, once with every prefill lever on and once
+# per lever switched off (--cuda-off), for the ablation table in docs/performance.md.
+#   tools/gpu_prefill.sh BIN_DIR [LENGTHS] [LEVERS]
+# BIN_DIR holds qwick, cuda_kernels_test and optionally cuda_backend_test (built here or carried; a lib/ beside them is put on
+# LD_LIBRARY_PATH). LENGTHS default 512,4K,32K; LEVERS (space separated) default "gemm".
+# Logs go to $OUT (default gpu-out); a short summary is printed last.
+set -uo pipefail
+bin=$(cd "$1" && pwd)
+lengths=${2:-512,4K,32K}
+levers=${3:-gemm conv router attention-pipeline attention}
+out=${OUT:-$PWD/gpu-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export QWICK_HOME=/tmp/qwick-home
+stamp() { date +%s; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv,noheader
+
+t=$(stamp)
+"$bin/cuda_kernels_test" >"$out/kernels_test.log" 2>&1
+echo "cuda_kernels_test rc=$? ($(($(stamp) - t)) s): $(grep -E '^\[  (PASSED|FAILED)' "$out/kernels_test.log" | tr '\n' ' ')"
+grep -E "^\[  FAILED|Failure|error:|Expected|Which is" "$out/kernels_test.log" | head -20
+
+if [[ -x "$bin/cuda_backend_test" ]]; then
+  t=$(stamp)
+  "$bin/cuda_backend_test" >"$out/backend_test.log" 2>&1
+  echo "cuda_backend_test rc=$? ($(($(stamp) - t)) s): $(grep -E '^\[  (PASSED|FAILED)' "$out/backend_test.log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED|Failure|Expected|Which is|fixture" "$out/backend_test.log" | head -20
+fi
+
+model=/tmp/full
+t=$(stamp)
+"$bin/qwick" make-model --preset qwen3.6-35b-a3b "$model" >"$out/make_model.log" 2>&1
+echo "make-model rc=$? ($(($(stamp) - t)) s)"
+
+if [[ "${QWICK_EVALS:-0}" == 1 ]]; then  # CUDA vs CPU logits over 300 positions, as gpu_check.sh full
+  python3 - <<'PY'
+import json, random, struct
+random.seed(0)
+ids = [random.randrange(0, 248044) for _ in range(300)]
+header = json.dumps({"tokens": {"dtype": "I32", "shape": [300], "data_offsets": [0, 1200]}}).encode()
+header += b" " * ((8 - len(header) % 8) % 8)
+open("/tmp/tokens.safetensors", "wb").write(struct.pack("<Q", len(header)) + header + struct.pack("<300i", *ids))
+PY
+  t=$(stamp)
+  echo "cpu: $(timeout 300 "$bin/qwick" eval -m $model --device cpu --tokens /tmp/tokens.safetensors \
+    --out /tmp/cpu_logits.safetensors 2>&1 | tail -1) ($(($(stamp) - t)) s)"
+  for variant in "prefill:" "prefill200+decode100:--decode-from 200" "chunk64:--chunk 64" \
+    "prefill, every lever off:--cuda-off $(echo $levers | tr ' ' ,)"; do
+    name=${variant%%:*} args=${variant#*:}
+    # shellcheck disable=SC2086
+    echo "cuda $name: $(timeout 120 "$bin/qwick" eval -m $model --device cuda --tokens /tmp/tokens.safetensors \
+      --reference /tmp/cpu_logits.safetensors $args 2>&1 | tail -1)"
+  done
+fi
+
+bench() {  # name, extra args...
+  local name=$1
+  shift
+  t=$(stamp)
+  "$bin/qwick" bench -m "$model" --device cuda --lengths "$lengths" --prefill-reps 3 --rep-budget 6 \
+    --decode-reps 1 --decode-tokens 4 --pp 0 --tg 0 --json "$out/bench_$name.json" "$@" >"$out/bench_$name.txt" 2>&1
+  echo "bench $name rc=$? ($(($(stamp) - t)) s)"
+}
+bench all_on --stages
+for lever in $levers; do bench "off_$lever" --cuda-off "$lever"; done
+if [[ -n "${QWICK_LONG:-}" ]]; then  # one long prompt, every lever on and every lever off
+  lengths=$QWICK_LONG
+  bench long_all_on
+  bench long_all_off --cuda-off "$(echo $levers | tr ' ' ,)"
+fi
+
+echo
+for f in "$out"/bench_*.txt; do
+  echo "== $(basename "$f" .txt)"
+  grep -E "^\| +[0-9]" "$f" | cut -d'|' -f2-4
+done
+sed -n '/^prefill stages/,$p' "$out/bench_all_on.txt"
