@@ -57,27 +57,42 @@ TEST(VectorOps, EveryLevelMatchesReference) {
   }
 }
 
+// attend_group over f32 and bf16 caches at every level (the bf16 path through qk_bf16 / pv_bf16)
+// against attend one head at a time: odd head_dim, the model's 8 heads of 256 past a 64-row block,
+// and more heads than one group of 8.
 TEST(Attention, GroupEqualsOneHeadAtATime) {
-  const int hd = 40, heads = 3;
-  const int64_t n_ctx = 37;
-  const auto k = test::random_floats(static_cast<size_t>(n_ctx * hd), 31);
-  const auto v = test::random_floats(static_cast<size_t>(n_ctx * hd), 32);
-  std::vector<uint16_t> kb(k.size()), vb(v.size());
-  for (size_t i = 0; i < k.size(); ++i) {
-    kb[i] = f32_to_bf16(k[i]);
-    vb[i] = f32_to_bf16(v[i]);
-  }
-  const int64_t q_stride = 2 * hd;  // [q | gate] per head, as the attention layer lays them out
-  const auto q = test::random_floats(static_cast<size_t>(heads * q_stride), 33);
-  for (KvHeadView kv : {KvHeadView{KvDtype::kF32, k.data(), v.data()}, KvHeadView{KvDtype::kBF16, kb.data(), vb.data()}}) {
-    for (SimdLevel level : simd_levels()) {
-      const VectorOps& ops = vector_ops(level);
-      std::vector<float> scores(static_cast<size_t>(heads * n_ctx)), row(hd), out(static_cast<size_t>(heads * hd), NAN);
-      attend_group(q.data(), q_stride, heads, kv, n_ctx, hd, 0.125f, scores.data(), row.data(), out.data(), hd, ops);
-      for (int g = 0; g < heads; ++g) {
-        std::vector<float> s(static_cast<size_t>(n_ctx)), one(hd);
-        attend(q.data() + g * q_stride, kv, n_ctx, hd, 0.125f, s.data(), one.data(), kVectorOpsReference);
-        for (int d = 0; d < hd; ++d) EXPECT_NEAR(out[static_cast<size_t>(g * hd + d)], one[static_cast<size_t>(d)], 1e-5f);
+  struct Shape {
+    int hd, heads;
+    int64_t n_ctx;
+  };
+  for (const Shape sh : {Shape{40, 3, 37}, Shape{256, 8, 150}, Shape{64, 9, 70}}) {
+    SCOPED_TRACE(testing::Message() << "head_dim " << sh.hd << ", " << sh.heads << " heads, " << sh.n_ctx);
+    const int hd = sh.hd, heads = sh.heads;
+    const int64_t n_ctx = sh.n_ctx;
+    const auto k = test::random_floats(static_cast<size_t>(n_ctx * hd), 31);
+    const auto v = test::random_floats(static_cast<size_t>(n_ctx * hd), 32);
+    std::vector<uint16_t> kb(k.size()), vb(v.size());
+    for (size_t i = 0; i < k.size(); ++i) {
+      kb[i] = f32_to_bf16(k[i]);
+      vb[i] = f32_to_bf16(v[i]);
+    }
+    const int64_t q_stride = 2 * hd;  // [q | gate] per head, as the attention layer lays them out
+    const auto q = test::random_floats(static_cast<size_t>(heads * q_stride), 33);
+    std::vector<const VectorOps*> levels = {&kVectorOpsReference};
+    for (SimdLevel level : simd_levels()) levels.push_back(&vector_ops(level));
+    for (KvHeadView kv :
+         {KvHeadView{KvDtype::kF32, k.data(), v.data()}, KvHeadView{KvDtype::kBF16, kb.data(), vb.data()}}) {
+      for (const VectorOps* ops : levels) {
+        std::vector<float> scores(static_cast<size_t>(heads * n_ctx)),
+            out(static_cast<size_t>(heads * hd), NAN);
+        attend_group(q.data(), q_stride, heads, kv, n_ctx, hd, 0.125f, scores.data(), out.data(), hd, *ops);
+        for (int g = 0; g < heads; ++g) {
+          std::vector<float> s(static_cast<size_t>(n_ctx)), one(static_cast<size_t>(hd));
+          attend(q.data() + g * q_stride, kv, n_ctx, hd, 0.125f, s.data(), one.data(), kVectorOpsReference);
+          for (int d = 0; d < hd; ++d)
+            EXPECT_NEAR(out[static_cast<size_t>(g * hd + d)], one[static_cast<size_t>(d)], 1e-5f)
+                << g << " " << d;
+        }
       }
     }
   }
@@ -138,7 +153,8 @@ TEST(CausalConv, ChunkedEqualsWhole) {
 }
 
 // A scan over T steps with random normalised q/k; returns outputs and the final state.
-void scan(const VectorOps& ops, int64_t T, int64_t Dk, int64_t Dv, std::vector<float>* out, std::vector<float>* state) {
+void scan(const VectorOps& ops, int64_t T, int64_t Dk, int64_t Dv, std::vector<float>* out,
+          std::vector<float>* state) {
   auto q = test::random_floats(static_cast<size_t>(T * Dk), 21);
   auto k = test::random_floats(static_cast<size_t>(T * Dk), 22);
   const auto v = test::random_floats(static_cast<size_t>(T * Dv), 23);
@@ -193,7 +209,8 @@ TEST(DeltaNet, LongHorizonDriftStaysSmall) {
       max_state = std::max(max_state, std::fabs(static_cast<double>(state[i]) - ref_state[i]));
       state_scale = std::max(state_scale, std::fabs(static_cast<double>(ref_state[i])));
     }
-    for (size_t i = 0; i < out.size(); ++i) max_out = std::max(max_out, std::fabs(static_cast<double>(out[i]) - ref_out[i]));
+    for (size_t i = 0; i < out.size(); ++i)
+      max_out = std::max(max_out, std::fabs(static_cast<double>(out[i]) - ref_out[i]));
     EXPECT_LT(max_state, 1e-4 * state_scale) << simd_level_name(level);
     EXPECT_LT(max_out, 1e-4) << simd_level_name(level);
   }

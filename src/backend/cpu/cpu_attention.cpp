@@ -9,8 +9,8 @@
 
 namespace qwick {
 
-void attention_forward(const CpuContext& ctx, const AttentionWeights& w, KvCache& cache, const float* x, int64_t n,
-                       int64_t pos0, float* out) {
+void attention_forward(const CpuContext& ctx, const AttentionWeights& w, KvCache& cache, const float* x,
+                       int64_t n, int64_t pos0, float* out) {
   const ModelConfig& c = ctx.cfg;
   const int64_t H = c.hidden_size, hd = c.head_dim, nq = c.n_heads, nkv = c.n_kv_heads;
   const int64_t q_rows = c.q_proj_rows(), kv_rows = nkv * hd;
@@ -19,7 +19,8 @@ void attention_forward(const CpuContext& ctx, const AttentionWeights& w, KvCache
   float* qg = ctx.arena.floats(static_cast<size_t>(n * q_rows));
   float* k = ctx.arena.floats(static_cast<size_t>(n * kv_rows));
   float* v = ctx.arena.floats(static_cast<size_t>(n * kv_rows));
-  const MatmulProblem proj[] = {matmul_problem(w.q_proj, x, H, n, qg, q_rows), matmul_problem(w.k_proj, x, H, n, k, kv_rows),
+  const MatmulProblem proj[] = {matmul_problem(w.q_proj, x, H, n, qg, q_rows),
+                                matmul_problem(w.k_proj, x, H, n, k, kv_rows),
                                 matmul_problem(w.v_proj, x, H, n, v, kv_rows)};
   matmul_batch(proj, ctx.pool, ctx.precision);
 
@@ -49,7 +50,7 @@ void attention_forward(const CpuContext& ctx, const AttentionWeights& w, KvCache
   // key and value row once between them.
   const int64_t group = nq / nkv, ctx_len = pos0 + n;
   float* o = ctx.arena.floats(static_cast<size_t>(n * nq * hd));
-  const size_t per_thread = static_cast<size_t>(group * ctx_len + hd);
+  const size_t per_thread = static_cast<size_t>(group * ctx_len);
   float* scratch = ctx.arena.floats(static_cast<size_t>(ctx.pool.size()) * per_thread);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   ctx.pool.parallel_for(static_cast<size_t>(n * nkv), [&](size_t task, int thread) {
@@ -58,7 +59,7 @@ void attention_forward(const CpuContext& ctx, const AttentionWeights& w, KvCache
     float* oh = o + (t * nq + kvh * group) * hd;
     float* scores = scratch + static_cast<size_t>(thread) * per_thread;
     attend_group(q, q_stride, static_cast<int>(group), cache.head(static_cast<int>(kvh)), pos0 + t + 1,
-                 static_cast<int>(hd), scale, scores, scores + group * ctx_len, oh, hd, ctx.ops);
+                 static_cast<int>(hd), scale, scores, oh, hd, ctx.ops);
     if (c.attn_output_gate)
       for (int64_t g = 0; g < group; ++g)
         for (int64_t d = 0; d < hd; ++d) oh[g * hd + d] *= sigmoid(q[g * q_stride + hd + d]);

@@ -1,12 +1,11 @@
 #include "kernels/attention/attention.h"
 
 #include <cmath>
-#include <cstring>
 
 namespace qwick {
 
-void attend(const float* q, const KvHeadView& kv, int64_t n_ctx, int head_dim, float scale, float* scores, float* out,
-            const VectorOps& ops) {
+void attend(const float* q, const KvHeadView& kv, int64_t n_ctx, int head_dim, float scale, float* scores,
+            float* out, const VectorOps& ops) {
   const bool bf16 = kv.dtype == KvDtype::kBF16;
   float max_score = -INFINITY;
   for (int64_t j = 0; j < n_ctx; ++j) {
@@ -35,27 +34,19 @@ void attend(const float* q, const KvHeadView& kv, int64_t n_ctx, int head_dim, f
 }  // namespace qwick
 
 namespace qwick {
-namespace {
 
-// Cache row j of a kv head as f32.
-const float* load_row(const void* base, KvDtype dtype, int64_t j, int head_dim, float* row) {
-  const size_t off = static_cast<size_t>(j) * static_cast<size_t>(head_dim);
-  if (dtype == KvDtype::kF32) return static_cast<const float*>(base) + off;
-  const uint16_t* src = static_cast<const uint16_t*>(base) + off;
-  for (int d = 0; d < head_dim; ++d) {
-    const uint32_t bits = static_cast<uint32_t>(src[d]) << 16;
-    std::memcpy(&row[d], &bits, 4);
-  }
-  return row;
-}
-
-}  // namespace
-
-void attend_group(const float* q, int64_t q_stride, int n_heads, const KvHeadView& kv, int64_t n_ctx, int head_dim,
-                  float scale, float* scores, float* row, float* out, int64_t out_stride, const VectorOps& ops) {
-  for (int64_t j = 0; j < n_ctx; ++j) {
-    const float* k = load_row(kv.k, kv.dtype, j, head_dim, row);
-    for (int g = 0; g < n_heads; ++g) scores[g * n_ctx + j] = ops.dot(q + g * q_stride, k, head_dim) * scale;
+void attend_group(const float* q, int64_t q_stride, int n_heads, const KvHeadView& kv, int64_t n_ctx,
+                  int head_dim, float scale, float* scores, float* out, int64_t out_stride,
+                  const VectorOps& ops) {
+  const bool bf16 = kv.dtype == KvDtype::kBF16;
+  if (bf16) {
+    ops.qk_bf16(q, q_stride, n_heads, static_cast<const uint16_t*>(kv.k), n_ctx, head_dim, scale, scores);
+  } else {
+    for (int64_t j = 0; j < n_ctx; ++j) {
+      const float* k = static_cast<const float*>(kv.k) + j * head_dim;
+      for (int g = 0; g < n_heads; ++g)
+        scores[g * n_ctx + j] = ops.dot(q + g * q_stride, k, head_dim) * scale;
+    }
   }
   for (int g = 0; g < n_heads; ++g) {
     float* s = scores + g * n_ctx;
@@ -67,8 +58,12 @@ void attend_group(const float* q, int64_t q_stride, int n_heads, const KvHeadVie
     for (int64_t j = 0; j < n_ctx; ++j) s[j] *= inv;
     for (int d = 0; d < head_dim; ++d) out[g * out_stride + d] = 0.0f;
   }
+  if (bf16) {
+    ops.pv_bf16(scores, n_heads, n_ctx, static_cast<const uint16_t*>(kv.v), head_dim, out, out_stride);
+    return;
+  }
   for (int64_t j = 0; j < n_ctx; ++j) {
-    const float* v = load_row(kv.v, kv.dtype, j, head_dim, row);
+    const float* v = static_cast<const float*>(kv.v) + j * head_dim;
     for (int g = 0; g < n_heads; ++g) ops.axpy(out + g * out_stride, scores[g * n_ctx + j], v, head_dim);
   }
 }

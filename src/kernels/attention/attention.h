@@ -22,14 +22,15 @@ struct KvHeadView {
 
 // out[0, head_dim) = Σ_j softmax_j(scale · q·k_j) · v_j over j < n_ctx.
 // `scores` is scratch for n_ctx floats. The plain reference that attend_group is tested against.
-void attend(const float* q, const KvHeadView& kv, int64_t n_ctx, int head_dim, float scale, float* scores, float* out,
-            const VectorOps& ops);
+void attend(const float* q, const KvHeadView& kv, int64_t n_ctx, int head_dim, float scale, float* scores,
+            float* out, const VectorOps& ops);
 
 // The same for the `n_heads` query heads that share one kv head (GQA): each key and value row is
-// converted from the cache once and used by every head, instead of once per head. Query head g is
-// at q + g * q_stride, its output at out + g * out_stride. Scratch: `scores` n_heads * n_ctx floats,
-// `row` head_dim floats.
-void attend_group(const float* q, int64_t q_stride, int n_heads, const KvHeadView& kv, int64_t n_ctx, int head_dim,
-                  float scale, float* scores, float* row, float* out, int64_t out_stride, const VectorOps& ops);
+// read once for every head (VectorOps::qk_bf16 / pv_bf16 for a bf16 cache), instead of once per
+// head. Query head g is at q + g * q_stride, its output at out + g * out_stride. Scratch: `scores`
+// n_heads * n_ctx floats.
+void attend_group(const float* q, int64_t q_stride, int n_heads, const KvHeadView& kv, int64_t n_ctx,
+                  int head_dim, float scale, float* scores, float* out, int64_t out_stride,
+                  const VectorOps& ops);
 
 }  // namespace qwick

@@ -39,8 +39,22 @@ float deltanet_row(float* s, const float* k, const float* q, float decay, float 
   return dot(s, q, n);
 }
 
+void qk_bf16(const float* q, int64_t q_stride, int n_heads, const uint16_t* k, int64_t n_ctx,
+             int64_t head_dim, float scale, float* scores) {
+  for (int64_t j = 0; j < n_ctx; ++j)
+    for (int g = 0; g < n_heads; ++g)
+      scores[g * n_ctx + j] = dot_bf16(q + g * q_stride, k + j * head_dim, head_dim) * scale;
+}
+
+void pv_bf16(const float* p, int n_heads, int64_t n_ctx, const uint16_t* v, int64_t head_dim, float* out,
+             int64_t out_stride) {
+  for (int64_t j = 0; j < n_ctx; ++j)
+    for (int g = 0; g < n_heads; ++g)
+      axpy_bf16(out + g * out_stride, p[g * n_ctx + j], v + j * head_dim, head_dim);
+}
+
 }  // namespace
 
-const VectorOps kVectorOpsReference = {dot, dot_bf16, axpy, axpy_bf16, deltanet_row};
+const VectorOps kVectorOpsReference = {dot, dot_bf16, axpy, axpy_bf16, deltanet_row, qk_bf16, pv_bf16};
 
 }  // namespace qwick
