@@ -16,7 +16,6 @@
 //   stage_norm        RMSNorm: x·w, returning rsqrt(mean(x²) + eps) to scale the finished dots (a
 //                     scalar, so it moves out of the sum)
 //   stage_gated_norm  per head of D values: w·(x·rsqrt(mean_head(x²) + eps))·silu(z), a warp per head
-//   stage_swiglu      silu(gate)·up
 // For affine formats the dot uses Σ_i (q_i·s + b)·x_i = s·Σ q_i·x_i + b·Σ x_i.
 #pragma once
 
@@ -103,16 +102,6 @@ __device__ __forceinline__ void stage_gated_norm(const float* x, const float* z,
     for (int d = lane; d < D; d += 32) ss += x[h0 + d] * x[h0 + d];
     const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
     for (int d = lane; d < D; d += 32) s[staged_at<E>(h0 + d)] = w[d] * (x[h0 + d] * inv) * siluf_(z[h0 + d]);
-  }
-}
-
-template <int E>
-__device__ __forceinline__ void stage_swiglu(const float* gate, const float* up, int64_t n, float* s, int tid,
-                                             int nthreads) {
-  for (int64_t i = 4 * tid; i < n; i += 4 * nthreads) {
-    const float4 g = *reinterpret_cast<const float4*>(gate + i), u = *reinterpret_cast<const float4*>(up + i);
-    *reinterpret_cast<float4*>(s + staged_at<E>(i)) =
-        make_float4(siluf_(g.x) * u.x, siluf_(g.y) * u.y, siluf_(g.z) * u.z, siluf_(g.w) * u.w);
   }
 }
 

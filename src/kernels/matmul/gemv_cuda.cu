@@ -13,7 +13,13 @@
 namespace qwick::cuda {
 namespace {
 
+// Four rows per lane group with two chunks each in flight, two blocks per multiprocessor: measured
+// best of (rows, chunks, blocks) = (4, 2, 2), (4, 1, 2), (2, 2, 2), (8, 1, 1), (4, 2, 1) on the H200
+// (docs/gpu-notes.md, decode run 4).
 constexpr int kWarps = 8;
+constexpr int kRows = 4;    // rows per lane group and step
+constexpr int kUnroll = 2;  // chunks per lane in flight per row
+constexpr int kMinBlocks = 2;
 constexpr int kMaxSteps = 8;
 
 enum class Transform { kPlain, kNorm, kGatedNorm };
@@ -27,7 +33,7 @@ struct GemvLaunch {
   int32_t first_block[kGemvMaxStack + 1] = {};
 };
 
-template <WeightFormat F, Transform T, bool kQ8, int kRows, int kUnroll, int kMinBlocks>
+template <WeightFormat F, Transform T, bool kQ8>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(const GemvLaunch L) {
   constexpr int E = ChunkTraits<F>::kElems;
   extern __shared__ float4 smem4[];
@@ -88,8 +94,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(const Gem
   }
 }
 
-template <WeightFormat F, Transform T, bool kQ8, int kRows, int kUnroll, int kMinBlocks>
-void launch_shape(const GemvArgs& a, cudaStream_t stream) {
+template <WeightFormat F, Transform T, bool kQ8>
+void launch_gemv(const GemvArgs& a, cudaStream_t stream) {
   constexpr int E = ChunkTraits<F>::kElems;
   GemvLaunch L;
   L.a = a;
@@ -118,23 +124,20 @@ void launch_shape(const GemvArgs& a, cudaStream_t stream) {
   if (smem > 48 * 1024) {  // inputs past 10K columns; never during the decode graph's capture
     static bool configured = false;
     if (!configured)
-      check(cudaFuncSetAttribute(gemv_kernel<F, T, kQ8, kRows, kUnroll, kMinBlocks>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024),
+      check(cudaFuncSetAttribute(gemv_kernel<F, T, kQ8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 160 * 1024),
             "gemv: shared memory limit");
     configured = true;
   }
-  launch_kernel(gemv_kernel<F, T, kQ8, kRows, kUnroll, kMinBlocks>, grid, dim3(kWarps * 32), smem, stream,
-                a.overlap, "gemv", L);
+  launch_kernel(gemv_kernel<F, T, kQ8>, grid, dim3(kWarps * 32), smem, stream, a.overlap, "gemv", L);
 }
 
-// Four rows per lane group with two chunks each in flight, two blocks per multiprocessor: measured
-// best of (rows, chunks, blocks) = (4, 2, 2), (4, 1, 2), (2, 2, 2), (8, 1, 1), (4, 2, 1) on the H200
-// (docs/gpu-notes.md, decode run 4).
+// int8 activations only with 4-bit weights (gemv_q8_fits, checked by the caller).
 template <WeightFormat F, Transform T>
 void launch(const GemvArgs& a, cudaStream_t stream) {
   if constexpr (F == WeightFormat::kAffine4)
-    if (a.q8) return launch_shape<F, T, true, 4, 2, 2>(a, stream);
-  launch_shape<F, T, false, 4, 2, 2>(a, stream);
+    if (a.q8) return launch_gemv<F, T, true>(a, stream);
+  launch_gemv<F, T, false>(a, stream);
 }
 
 template <WeightFormat F>

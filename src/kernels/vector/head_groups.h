@@ -31,4 +31,11 @@ void with_head_group(int n, F&& f) {
   }
 }
 
+// f(g0, G) for each group of heads [g0, g0 + G) of n_heads, G a std::integral_constant.
+template <typename F>
+void for_head_groups(int n_heads, F&& f) {
+  for (int g0 = 0; g0 < n_heads; g0 += kMaxHeadGroup)
+    with_head_group(n_heads - g0, [&](auto G) { f(g0, G); });
+}
+
 }  // namespace qwick

@@ -115,18 +115,16 @@ void pv_heads(const float* p, int64_t n_ctx, const uint16_t* v, int64_t hd, floa
 
 void qk_bf16(const float* q, int64_t q_stride, int n_heads, const uint16_t* k, int64_t n_ctx,
              int64_t head_dim, float scale, float* scores) {
-  for (int g0 = 0; g0 < n_heads; g0 += kMaxHeadGroup)
-    with_head_group(n_heads - g0, [&](auto G) {
-      qk_heads<G.value>(q + g0 * q_stride, q_stride, k, n_ctx, head_dim, scale, scores + g0 * n_ctx);
-    });
+  for_head_groups(n_heads, [&](int g0, auto G) {
+    qk_heads<G.value>(q + g0 * q_stride, q_stride, k, n_ctx, head_dim, scale, scores + g0 * n_ctx);
+  });
 }
 
 void pv_bf16(const float* p, int n_heads, int64_t n_ctx, const uint16_t* v, int64_t head_dim, float* out,
              int64_t out_stride) {
-  for (int g0 = 0; g0 < n_heads; g0 += kMaxHeadGroup)
-    with_head_group(n_heads - g0, [&](auto G) {
-      pv_heads<G.value>(p + g0 * n_ctx, n_ctx, v, head_dim, out + g0 * out_stride, out_stride);
-    });
+  for_head_groups(n_heads, [&](int g0, auto G) {
+    pv_heads<G.value>(p + g0 * n_ctx, n_ctx, v, head_dim, out + g0 * out_stride, out_stride);
+  });
 }
 
 }  // namespace
