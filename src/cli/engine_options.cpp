@@ -23,11 +23,12 @@ void EngineOptions::add_to(ArgParser& p) {
            &device, "QWICK_DEVICE");
   p.flag({"--exact"}, "f32 activations in every decode matrix product (reference numerics, slower decode)",
          &exact, "QWICK_EXACT");
-  p.option(
-      {"--cuda-off"}, "LIST",
-      "CUDA optimizations to switch off for ablations, comma separated: graph, fusion, overlap (decode); "
-      "gemm, conv, router, attention-pipeline, attention (prefill)",
-      &cuda_off, "QWICK_CUDA_OFF");
+  p.option({"--cuda-off"}, "LIST",
+           "CUDA optimizations to switch off for ablations, comma separated: graph, fusion, overlap, "
+           "decode-attention, "
+           "moe-kernel (decode); "
+           "gemm, conv, router, attention-pipeline, attention (prefill)",
+           &cuda_off, "QWICK_CUDA_OFF");
   p.flag({"--cuda-int8"},
          "CUDA decode: int8 activations into the 4-bit matrix-vector products (faster lm_head)", &cuda_int8,
          "QWICK_CUDA_INT8");

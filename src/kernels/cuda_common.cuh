@@ -68,4 +68,14 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return v;
 }
 
+// Programmatic dependent launch: a kernel launched with the attribute may start while the previous
+// one runs; it must wait before reading anything the previous kernels wrote. Both are no-ops in a
+// kernel launched without it.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void let_next_kernel_start() {
+  asm volatile("griddepcontrol.launch_dependents;");
+}
+
 }  // namespace qwick::cuda

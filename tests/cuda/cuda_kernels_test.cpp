@@ -517,23 +517,25 @@ TEST(Moe, GroupingGroupedGemmAndCombine) {
   }
 }
 
-// The decode MoE's three fused kernels (norm, router + routing, gate|up + SwiGLU, down + weighted
-// combine + residual) against the CPU chain, over expert formats, with f32 and (4-bit) int8
-// activations; each twice (the second time as programmatic dependent launches) so the router's block
-// counter is seen to reset.
+// The decode MoE (norm, router + routing, gate|up + SwiGLU, down + weighted combine + residual), in
+// three fused kernels and (4-bit, where it fits) in one, against the CPU chain, over expert formats,
+// with f32 and (4-bit, three kernels) int8 activations; each twice (the second time as programmatic
+// dependent launches) so the block counter is seen to reset.
 TEST(Moe, DecodeMatchesCpu) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
-  for (auto [format, E, k, H, I] : {std::tuple{WeightFormat::kAffine4, 64, 8, int64_t{512}, int64_t{128}},
-                                    std::tuple{WeightFormat::kAffine8, 16, 4, int64_t{256}, int64_t{64}},
-                                    std::tuple{WeightFormat::kBF16, 8, 2, int64_t{128}, int64_t{192}}}) {
-    SCOPED_TRACE(fmt::format("{} E={} k={} H={} I={}", weight_format_name(format), E, k, H, I));
+  for (auto [format, E, k, H, I, gs] :
+       {std::tuple{WeightFormat::kAffine4, 64, 8, int64_t{512}, int64_t{128}, 32},
+        std::tuple{WeightFormat::kAffine8, 16, 4, int64_t{256}, int64_t{64}, 32},
+        std::tuple{WeightFormat::kBF16, 8, 2, int64_t{128}, int64_t{192}, 32},
+        std::tuple{WeightFormat::kAffine4, 40, 8, int64_t{1024}, int64_t{512}, 64}}) {
+    SCOPED_TRACE(fmt::format("{} E={} k={} H={} I={} group {}", weight_format_name(format), E, k, H, I, gs));
     std::vector<HostMatrix> host;
     std::vector<cuda::UploadedMatrix> dev;
     std::vector<DeviceMatrix> experts, route;
     for (int e = 0; e <= E; ++e)  // entry E: the shared expert
       for (auto [rows, cols] : {std::pair{I, H}, std::pair{I, H}, std::pair{H, I}}) {
-        host.push_back(random_matrix(format, rows, cols, 32, rng));
+        host.push_back(random_matrix(format, rows, cols, gs, rng));
         dev.push_back(cuda::upload_matrix(host.back().w, nullptr));
         experts.push_back(dev.back().m);
       }
@@ -546,9 +548,11 @@ TEST(Moe, DecodeMatchesCpu) {
     DeviceArray<float> logits(static_cast<size_t>(E + 1)), weights(static_cast<size_t>(k)),
         act(static_cast<size_t>((k + 1) * I));
     DeviceArray<int32_t> ids(static_cast<size_t>(k)), counter(std::vector<int32_t>{0});
-    for (int round = 0; round < 4; ++round) {
-      const bool q8 = round >= 2 && format == WeightFormat::kAffine4;  // rounds 2, 3: int8 activations
-      if (round >= 2 && !q8) break;
+    for (int round = 0; round < 6; ++round) {
+      // rounds 2, 3: int8 activations; 4, 5: one kernel
+      const bool q8 = round >= 2 && round < 4 && format == WeightFormat::kAffine4;
+      const bool single = round >= 4;
+      if (round >= 2 && !q8 && !single) continue;
       SCOPED_TRACE(round);
       const auto x = randn(static_cast<size_t>(H), rng, 2.0f), w = randn(static_cast<size_t>(H), rng);
       DeviceArray<float> dx(x), dw(w);
@@ -571,6 +575,12 @@ TEST(Moe, DecodeMatchesCpu) {
       a.act = act.data();
       a.overlap = round % 2 == 1;
       a.q8 = q8;
+      a.single_kernel = single;
+      a.expert_group_size = gs;
+      if (single && !cuda::moe_decode_single_fits(a)) {
+        ASSERT_NE(gs, 64) << "the model-like shape must take the one-kernel path";
+        continue;
+      }
       cuda::moe_decode(a, nullptr);
 
       std::vector<float> normed(static_cast<size_t>(H));
@@ -807,28 +817,42 @@ TEST(Attention, DecodeMatchesAttend) {
   std::mt19937_64 rng(fresh_seed());
   for (const AttnShape s : {AttnShape{16, 2, 256}, AttnShape{4, 2, 32}, AttnShape{8, 2, 128}}) {
     for (int64_t len : {1, 7, 64, 300, 5000}) {
-      SCOPED_TRACE(fmt::format("{}/{} heads x {}, context {}", s.nq, s.nkv, s.hd, len));
       const int64_t cap = len + 3;
-      const HostCache cache = random_cache(s, cap, rng);
+      HostCache cache = random_cache(s, cap, rng);
+      // Rows past the context are never read into the result: NaN there must not leak in.
+      for (int j = 0; j < s.nkv; ++j)
+        for (int64_t p = len; p < cap; ++p)
+          for (int d = 0; d < s.hd; ++d) {
+            const size_t at = static_cast<size_t>((j * cap + p) * s.hd + d);
+            cache.k[at] = cache.v[at] = 0x7fc0;
+          }
       const auto q = randn(static_cast<size_t>(s.nq * s.hd), rng, 2.0f);
       const int64_t q_stride = 2 * s.hd;
       const auto gate = randn(static_cast<size_t>(s.nq * q_stride), rng);
-      DeviceArray<float> dq(q), dgate(gate), partial(static_cast<size_t>(s.nq * 64 * (s.hd + 2))),
-          out(static_cast<size_t>(s.nq * s.hd));
-      DeviceArray<uint16_t> kc(cache.k), vc(cache.v);
-      DeviceArray<int32_t> pos(std::vector<int32_t>{static_cast<int32_t>(len - 1)});
       const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
-      cuda::attention_decode({dq.data(), kc.data(), vc.data(), cap, pos.data(), s.nq, s.nkv, s.hd, scale, 64,
-                              partial.data(), dgate.data() + s.hd, q_stride, out.data()},
-                             nullptr);
-      std::vector<float> ref(out.size()), scores(static_cast<size_t>(len));
+      std::vector<float> ref(static_cast<size_t>(s.nq * s.hd)), scores(static_cast<size_t>(len));
       for (int h = 0; h < s.nq; ++h) {
         float* o = ref.data() + h * s.hd;
         attend(q.data() + h * s.hd, cache.head(h / (s.nq / s.nkv), cap, s.hd), len, s.hd, scale,
                scores.data(), o, kVectorOpsReference);
         for (int d = 0; d < s.hd; ++d) o[d] *= sigmoid(gate[static_cast<size_t>(h * q_stride + s.hd + d)]);
       }
-      EXPECT_LT(rel_err(out.download(), ref), 1e-5);
+      for (const bool tensor_cores : {true, false})
+        for (const int splits : {1, 7, 66}) {
+          SCOPED_TRACE(fmt::format("{}/{} heads x {}, context {}, {} splits, {}", s.nq, s.nkv, s.hd, len,
+                                   splits, tensor_cores ? "tensor cores" : "CUDA cores"));
+          DeviceArray<float> dq(q), dgate(gate), partial(static_cast<size_t>(s.nq * splits * (s.hd + 2))),
+              out(ref.size());
+          DeviceArray<uint16_t> kc(cache.k), vc(cache.v);
+          DeviceArray<int32_t> pos(std::vector<int32_t>{static_cast<int32_t>(len - 1)});
+          cuda::AttentionDecodeArgs args{
+              dq.data(), kc.data(),      vc.data(),           cap,      pos.data(), s.nq, s.nkv, s.hd, scale,
+              splits,    partial.data(), dgate.data() + s.hd, q_stride, out.data()};
+          args.tensor_cores = tensor_cores;
+          cuda::attention_decode(args, nullptr);
+          // Tensor cores: q and p as two bf16 parts each, about 16 bits.
+          EXPECT_LT(rel_err(out.download(), ref), tensor_cores ? 2e-5 : 1e-5);
+        }
     }
   }
 }

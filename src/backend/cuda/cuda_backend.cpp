@@ -32,7 +32,6 @@ namespace {
 
 using namespace cuda;
 
-constexpr int kAttentionSplits = 128;       // decode attention: context ranges per kv head
 constexpr int64_t kLogitRowsPerPass = 256;  // prefill with every row's logits: lm_head rows per GEMM
 
 // Fixed buffers of one decode step (the graph captures their addresses).
@@ -227,6 +226,10 @@ class CudaBackend final : public Backend {
         fuse_ = false;
       else if (name == "overlap")
         overlap_ = false;
+      else if (name == "decode-attention")
+        decode_attention_mma_ = false;
+      else if (name == "moe-kernel")
+        moe_single_kernel_ = false;
       else if (name == "gemm")
         pipelined_gemm_ = false;
       else if (name == "conv")
@@ -238,9 +241,10 @@ class CudaBackend final : public Backend {
       else if (name == "attention")
         attention_ = AttentionPrefillVariant::kTransposed;
       else if (!name.empty())
-        fail("--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, gemm, conv, router, "
-             "attention-pipeline, attention)",
-             name);
+        fail(
+            "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, moe-kernel, "
+            "gemm, conv, router, attention-pipeline, attention)",
+            name);
       begin = end + 1;
     }
   }
@@ -335,7 +339,8 @@ class CudaBackend final : public Backend {
       d_.dn_out = c.take<float>(u(cfg_.lin_v_total()));
       d_.dn_normed = c.take<float>(u(cfg_.lin_v_total()));
       d_.q = c.take<float>(u(nq_hd));
-      d_.partial = c.take<float>(u(cfg_.n_heads) * kAttentionSplits * u(cfg_.head_dim + 2));
+      attention_splits_ = attention_decode_splits(cfg_.n_kv_heads);
+      d_.partial = c.take<float>(u(cfg_.n_heads) * u(attention_splits_) * u(cfg_.head_dim + 2));
       d_.att_out = c.take<float>(u(nq_hd));
       d_.router = c.take<float>(u(E + 1));
       d_.route_counter = c.take<int32_t>(1);
@@ -624,7 +629,8 @@ class CudaBackend final : public Backend {
                            nullptr,
                            kc,
                            vc,
-                           max_context_};
+                           max_context_,
+                           overlap_};
     attention_prep(prep, stream_);
     AttentionDecodeArgs at{d_.q,
                            kc,
@@ -635,11 +641,13 @@ class CudaBackend final : public Backend {
                            cfg_.n_kv_heads,
                            cfg_.head_dim,
                            1.0f / std::sqrt(static_cast<float>(hd)),
-                           kAttentionSplits,
+                           attention_splits_,
                            d_.partial,
                            cfg_.attn_output_gate ? d_.proj + hd : nullptr,
                            q_stride,
-                           d_.att_out};
+                           d_.att_out,
+                           decode_attention_mma_,
+                           overlap_};
     attention_decode(at, stream_);
     gemv_one(w.o, d_.att_out, d_.x, true);
   }
@@ -706,6 +714,10 @@ class CudaBackend final : public Backend {
            w.expert_group_size > 0 && cfg_.expert_dim % 64 == 0 && gemv_q8_fits(w.shared_gate_proj) &&
            gemv_q8_fits(w.shared_up) && gemv_q8_fits(w.shared_down);
     a.overlap = overlap_;
+    a.expert_group_size = w.expert_group_size;
+    a.single_kernel = moe_single_kernel_ && w.shared_gate_proj.group_size == w.expert_group_size &&
+                      w.shared_up.group_size == w.expert_group_size &&
+                      w.shared_down.group_size == w.expert_group_size;
     moe_decode(a, stream_);
   }
 
@@ -986,7 +998,10 @@ class CudaBackend final : public Backend {
   int64_t max_context_;
   // BackendOptions::cuda_off
   bool use_graph_ = true, fuse_ = true, overlap_ = true;  // decode
-  bool pipelined_gemm_ = true;                            // prefill
+  bool decode_attention_mma_ = true;
+  bool moe_single_kernel_ = true;
+  int attention_splits_ = 1;    // decode attention: context ranges per kv head
+  bool pipelined_gemm_ = true;  // prefill
   bool row_parallel_conv_ = true;
   bool router_gemm_ = true;
   AttentionPrefillVariant attention_ = AttentionPrefillVariant::kPipelined;

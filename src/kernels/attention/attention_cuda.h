@@ -6,7 +6,8 @@
 //                      rounded to bf16 into the cache at their positions
 //   attention_decode   one query row against the cache, flash-decoding: the context is cut into
 //                      `splits` ranges; a block per (kv head, range) holds the kv head's G = nq/nkv
-//                      query heads, so each K/V row is read once for all of them; partial (max, sum,
+//                      query heads, so each K/V row is read once for all of them (on the tensor
+//                      cores, the heads as the n side of the products); partial (max, sum,
 //                      unnormalised output) per range, then a combine that also applies the sigmoid
 //                      output gate. The context length comes from the device (graph replays).
 //   attention_prefill  causal attention of a chunk's rows (positions pos0 ..) over the cache on the
@@ -41,6 +42,7 @@ struct AttentionPrepArgs {
   uint16_t* k_cache;  // [n_kv_heads, capacity, head_dim] bf16
   uint16_t* v_cache;
   int64_t capacity;
+  bool overlap = false;  // programmatic dependent launch (cuda_launch.h)
 };
 void attention_prep(const AttentionPrepArgs& a, cudaStream_t stream);
 
@@ -56,8 +58,12 @@ struct AttentionDecodeArgs {
   float* partial;     // [n_heads, splits, head_dim + 2] scratch
   const float* gate;  // head h's gate at gate + h·gate_stride, or null (no output gate)
   int64_t gate_stride;
-  float* out;  // [n_heads · head_dim]
+  float* out;                // [n_heads · head_dim]
+  bool tensor_cores = true;  // false: the CUDA-core kernel (ablation)
+  bool overlap = false;      // programmatic dependent launches (cuda_launch.h)
 };
+// Splits that fill the device in one wave: a block per (kv head, split), one block per multiprocessor.
+int attention_decode_splits(int n_kv_heads);
 void attention_decode(const AttentionDecodeArgs& a, cudaStream_t stream);
 
 enum class AttentionPrefillVariant { kPipelined, kLdmatrix, kTransposed };

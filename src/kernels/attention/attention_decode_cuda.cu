@@ -1,192 +1,271 @@
 // Decode attention (flash-decoding with GQA packing) on the GPU (contract in attention_cuda.h).
 //
-// Block (kv head j, split s), 8 warps. The split covers positions [s·per, (s+1)·per) of the context
-// (per = ceil(len / splits)); warp w takes positions in pairs, every 8th pair of it (both pairs' rows
-// loaded before either is used). For each position a lane holds head_dim/32 consecutive dims of the K
-// and V rows (one 16-byte load each at head_dim 256) and of the G query heads, so one K/V row read
-// serves all G heads:
-//   s_g = scale · q_g·k   (warp sum)     online softmax per head: m, l, acc[G][dims] in registers
-// The 8 warps then merge into shared memory one after another, and the block writes the split's
-// partial (acc, m, l) per head; attention_decode_combine merges the splits and applies the gate.
-#include "kernels/attention/attention_cuda.h"
+// Splits on the tensor cores. Block (kv head j, split s), 4 warps; warp w takes the split's 16-key
+// tiles w, w + 4, ..., each streamed with cp.async into the warp's own double buffer (K and V rows
+// padded by 16 bytes, so ldmatrix is conflict-free) while the previous tile is computed. The G ≤ 8
+// query heads of the kv head are the n = 8 side of m16n8k16, so nothing is padded:
+//   Sᵀ = K·Qᵀ      16 keys × 8 heads, K from ldmatrix, Qᵀ fragments in registers for the whole split
+//   online softmax per head (column): max over the 16 keys = 8 lanes × 2 rows, shuffles
+//   Oᵀ += Vᵀ·Pᵀ    head_dim × 8 heads: Vᵀ from ldmatrix.trans, Pᵀ the transposed (movmatrix) S
+//                  accumulators, so P never leaves registers
+// q and p each enter as two bf16 parts (x = hi + lo, hi = bf16(x), lo = bf16(x − hi)): the products
+// then carry about 16 mantissa bits, close to the f32 arithmetic of the CUDA-core kernel and the CPU,
+// for twice the (idle) tensor-core work. The 4 warps merge through shared memory at the end and
+// write the split's partial (attention_decode.cuh).
+//
+// Combine: block (query head h, 32 dims); the splits' weights exp(m_s − M) in shared memory, warp w
+// sums splits w, w + 8, ... (coalesced rows), the warps' sums meet in shared memory, then the sigmoid
+// output gate.
+#include "kernels/attention/attention_decode.cuh"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
+#include "kernels/tensor_core.cuh"
+
+#include <algorithm>
 
 namespace qwick::cuda {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kMaxGroup = 8;  // query heads per kv head
+constexpr int kWarps = 4;
+constexpr int kKeys = 16;  // keys per tile (the m side of Sᵀ)
+constexpr int kStages = 2;
+constexpr int kMaxGroup = 8;  // query heads per kv head (the n side)
 constexpr int kMaxSplits = 1024;
-constexpr int kPositions = 2;  // context positions per warp and iteration (their loads in flight together)
 
-// EPL consecutive bf16 values as f32, in one load of 2·EPL bytes.
-template <int EPL>
-__device__ __forceinline__ void load_bf16(const uint16_t* p, float (&out)[EPL]) {
-  if constexpr (EPL == 8) {
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      out[2 * i] = __uint_as_float(w[i] << 16), out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  } else if constexpr (EPL == 4) {
-    const uint2 v = *reinterpret_cast<const uint2*>(p);
-    out[0] = __uint_as_float(v.x << 16), out[1] = __uint_as_float(v.x & 0xffff0000u);
-    out[2] = __uint_as_float(v.y << 16), out[3] = __uint_as_float(v.y & 0xffff0000u);
-  } else if constexpr (EPL == 2) {
-    const uint32_t v = *reinterpret_cast<const uint32_t*>(p);
-    out[0] = __uint_as_float(v << 16), out[1] = __uint_as_float(v & 0xffff0000u);
-  } else {
-    out[0] = bf16_to_f32(*p);
-  }
+template <int HD>
+struct DecodeSmem {
+  static constexpr int kLd = HD + 8;             // a padded K or V row, bf16
+  static constexpr int kTile = 2 * kKeys * kLd;  // K rows, then V rows
+  static constexpr int kWarpElems = kStages * kTile;
+  static constexpr size_t kBytes = sizeof(uint16_t) * kWarps * kWarpElems;
+  // The merge reuses the tiles: o [kWarps][kMaxGroup][HD], then m and l [kWarps][kMaxGroup].
+  static_assert(sizeof(float) * kWarps * kMaxGroup * (HD + 2) <= kBytes, "merge scratch fits the tiles");
+};
+
+// x as a bf16 pair (hi, lo) with x ≈ hi + lo, two values to a word each.
+__device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  hi = pack_bf16x2(x0, x1);
+  lo = pack_bf16x2(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
 }
 
-template <int EPL>  // dims per lane = head_dim / 32
-__global__ void __launch_bounds__(kWarps * 32) decode_kernel(AttentionDecodeArgs a) {
-  constexpr int HD = EPL * 32;
-  __shared__ float q_s[kMaxGroup][HD];
-  __shared__ float acc_s[kMaxGroup][HD];
-  __shared__ float m_s[kMaxGroup], l_s[kMaxGroup];
+template <int HD>
+__global__ void __launch_bounds__(kWarps * 32) decode_mma_kernel(AttentionDecodeArgs a) {
+  using L = DecodeSmem<HD>;
+  constexpr int kLd = L::kLd, kChunks = HD / 8;  // 16-byte chunks per row
+  extern __shared__ uint4 smem4[];
+  const int kvh = blockIdx.x, split = blockIdx.y, G = a.n_heads / a.n_kv_heads;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  let_next_kernel_start();
+  wait_for_previous_kernel();  // q and the newest cache row come from attention_prep
+  const auto [begin, end] = split_range(a, split);
 
-  const int kvh = blockIdx.x, split = blockIdx.y;
-  const int G = a.n_heads / a.n_kv_heads;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t len = static_cast<int64_t>(*a.d_pos) + 1;
-  const int64_t per = (len + a.splits - 1) / a.splits;
-  const int64_t begin = split * per, end = min(len, begin + per);
+  // Qᵀ fragments, scaled: b0 = q[head g][kk + 2t, +1], b1 = q[head g][kk + 2t + 8, +9].
+  uint32_t qh[HD / 16][2], ql[HD / 16][2];
+  const float* q = a.q + static_cast<int64_t>(kvh * G + g) * HD;
+#pragma unroll
+  for (int ks = 0; ks < HD / 16; ++ks)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float2 v = make_float2(0.0f, 0.0f);
+      if (g < G) v = *reinterpret_cast<const float2*>(q + ks * 16 + 8 * j + 2 * t);
+      split_bf16x2(v.x * a.scale, v.y * a.scale, qh[ks][j], ql[ks][j]);
+    }
 
-  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) q_s[i / HD][i % HD] = a.q[(kvh * G) * HD + i];
-  if (threadIdx.x < kMaxGroup) m_s[threadIdx.x] = -INFINITY, l_s[threadIdx.x] = 0.0f;
-  for (int i = threadIdx.x; i < kMaxGroup * HD; i += blockDim.x) acc_s[i / HD][i % HD] = 0.0f;
+  uint16_t* const tiles = reinterpret_cast<uint16_t*>(smem4) + warp * L::kWarpElems;
+  const uint16_t* kc = a.k_cache + static_cast<int64_t>(kvh) * a.capacity * HD;
+  const uint16_t* vc = a.v_cache + static_cast<int64_t>(kvh) * a.capacity * HD;
+  // Keys [key0, key0 + 16) into buffer b, zero past the range (never-written cache rows may hold NaN).
+  auto issue = [&](int64_t key0, int b) {
+    uint16_t* ks = tiles + b * L::kTile;
+    for (int i = lane; i < kKeys * kChunks; i += 32) {
+      const int r = i / kChunks, c = i % kChunks;
+      const int64_t p = key0 + r;
+      const bool valid = p < end;
+      cp_async16(ks + r * kLd + c * 8, kc + (valid ? p : 0) * HD + c * 8, valid);
+      cp_async16(ks + kKeys * kLd + r * kLd + c * 8, vc + (valid ? p : 0) * HD + c * 8, valid);
+    }
+    cp_async_commit();
+  };
+
+  float o[HD / 16][4] = {};                                  // Oᵀ: dims mt·16 + g (+8) × heads 2t, 2t + 1
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // heads 2t + e; l summed over g at the end
+  constexpr int64_t kStride = kWarps * kKeys;
+  const int64_t first = begin + warp * kKeys;
+  if (first < end) issue(first, 0);
+  // ldmatrix row addresses: lanes 8i .. 8i + 7 give the rows of matrix i.
+  const int krow = (lane & 7) + ((lane >> 3) & 1) * 8, kcol = (lane >> 4) * 8;  // K: a0 a1 a2 a3
+  const int vrow = (lane & 7) + ((lane >> 4) & 1) * 8, vcol = ((lane >> 3) & 1) * 8;
+  int b = 0;
+  for (int64_t key0 = first; key0 < end; key0 += kStride, b ^= 1) {
+    if (key0 + kStride < end)
+      issue(key0 + kStride, b ^ 1);
+    else
+      cp_async_commit();  // one group per tile either way
+    cp_async_wait<1>();
+    __syncwarp();
+    const uint16_t* ks = tiles + b * L::kTile;
+    const uint16_t* vs = ks + kKeys * kLd;
+
+    float s[4] = {};
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      uint32_t k4[4];
+      ldmatrix_x4(k4, ks + krow * kLd + kk * 16 + kcol);
+      mma_bf16(s, k4[0], k4[1], k4[2], k4[3], qh[kk][0], qh[kk][1]);
+      mma_bf16(s, k4[0], k4[1], k4[2], k4[3], ql[kk][0], ql[kk][1]);
+    }
+    // s[e] = key g, s[2 + e] = key g + 8, both for head 2t + e. The tile's first key is in range,
+    // so every column's max is finite.
+    if (key0 + g >= end) s[0] = s[1] = -INFINITY;
+    if (key0 + g + 8 >= end) s[2] = s[3] = -INFINITY;
+    float c[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float mx = fmaxf(s[e], s[2 + e]);
+#pragma unroll
+      for (int off = 4; off < 32; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, off));
+      const float m_new = fmaxf(m[e], mx);
+      c[e] = expf(m[e] - m_new);
+      s[e] = expf(s[e] - m_new), s[2 + e] = expf(s[2 + e] - m_new);
+      l[e] = l[e] * c[e] + s[e] + s[2 + e];
+      m[e] = m_new;
+    }
+#pragma unroll
+    for (int mt = 0; mt < HD / 16; ++mt)
+      o[mt][0] *= c[0], o[mt][1] *= c[1], o[mt][2] *= c[0], o[mt][3] *= c[1];
+    // Pᵀ as B fragments: (keys g | g + 8) × heads (2t, 2t + 1), transposed to heads g × keys (2t, 2t + 1).
+    uint32_t ph[2], pl[2];
+    split_bf16x2(s[0], s[1], ph[0], pl[0]);
+    split_bf16x2(s[2], s[3], ph[1], pl[1]);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) ph[i] = movmatrix_trans(ph[i]), pl[i] = movmatrix_trans(pl[i]);
+#pragma unroll
+    for (int mt = 0; mt < HD / 16; ++mt) {
+      uint32_t v4[4];
+      ldmatrix_x4_trans(v4, vs + vrow * kLd + mt * 16 + vcol);
+      mma_bf16(o[mt], v4[0], v4[1], v4[2], v4[3], ph[0], ph[1]);
+      mma_bf16(o[mt], v4[0], v4[1], v4[2], v4[3], pl[0], pl[1]);
+    }
+    __syncwarp();  // every lane is done with buffer b before it is refilled
+  }
+  cp_async_wait<0>();
+
+  // Merge the warps: each publishes (o, m, l) per head, then the block combines them per element.
+#pragma unroll
+  for (int e = 0; e < 2; ++e)
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) l[e] += __shfl_xor_sync(kFullMask, l[e], off);
+  __syncthreads();                              // all tiles consumed: the buffers become the merge scratch
+  float* os = reinterpret_cast<float*>(smem4);  // [kWarps][kMaxGroup][HD]
+  float* ms = os + kWarps * kMaxGroup * HD;     // [kWarps][kMaxGroup]
+  float* ls = ms + kWarps * kMaxGroup;
+  float* ow = os + warp * kMaxGroup * HD;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int h = 2 * t + e;
+#pragma unroll
+    for (int mt = 0; mt < HD / 16; ++mt) {
+      ow[h * HD + mt * 16 + g] = o[mt][e];
+      ow[h * HD + mt * 16 + g + 8] = o[mt][2 + e];
+    }
+    if (g == 0) ms[warp * kMaxGroup + h] = m[e], ls[warp * kMaxGroup + h] = l[e];
+  }
   __syncthreads();
-
-  float q[kMaxGroup][EPL], acc[kMaxGroup][EPL], m[kMaxGroup], l[kMaxGroup];
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
-    m[g] = -INFINITY, l[g] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < EPL; ++e) q[g][e] = g < G ? q_s[g][lane * EPL + e] : 0.0f, acc[g][e] = 0.0f;
-  }
-  const uint16_t* kbase = a.k_cache + static_cast<int64_t>(kvh) * a.capacity * HD + lane * EPL;
-  const uint16_t* vbase = a.v_cache + static_cast<int64_t>(kvh) * a.capacity * HD + lane * EPL;
-  for (int64_t p0 = begin + warp * kPositions; p0 < end; p0 += kWarps * kPositions) {
-    float kr[kPositions][EPL], vr[kPositions][EPL];
-#pragma unroll
-    for (int i = 0; i < kPositions; ++i) {
-      const int64_t p = min(p0 + i, end - 1);  // a position past the range is loaded but not used
-      load_bf16<EPL>(kbase + p * HD, kr[i]);
-      load_bf16<EPL>(vbase + p * HD, vr[i]);
-    }
-    float s[kPositions][kMaxGroup];
-#pragma unroll
-    for (int i = 0; i < kPositions; ++i)
-#pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
-        s[i][g] = 0.0f;
-#pragma unroll
-        for (int e = 0; e < EPL; ++e) s[i][g] += q[g][e] * kr[i][e];
-      }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-      for (int i = 0; i < kPositions; ++i)
-#pragma unroll
-        for (int g = 0; g < kMaxGroup; ++g) s[i][g] += __shfl_xor_sync(kFullMask, s[i][g], o);
-#pragma unroll
-    for (int i = 0; i < kPositions; ++i) {
-      if (p0 + i >= end) break;
-#pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g >= G) break;
-        const float sc = s[i][g] * a.scale;
-        const float m_new = fmaxf(m[g], sc);
-        const float corr = expf(m[g] - m_new), pw = expf(sc - m_new);
-        l[g] = l[g] * corr + pw;
-#pragma unroll
-        for (int e = 0; e < EPL; ++e) acc[g][e] = acc[g][e] * corr + pw * vr[i][e];
-        m[g] = m_new;
-      }
-    }
-  }
-  // Merge the warps one at a time (a warp with no positions has m = -inf and adds nothing).
-  for (int w = 0; w < kWarps; ++w) {
-    if (warp == w) {
-#pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g >= G || m[g] == -INFINITY) continue;
-        const float m_old = m_s[g];
-        const float m_new = fmaxf(m_old, m[g]);
-        const float c_old = m_old == -INFINITY ? 0.0f : expf(m_old - m_new), c_new = expf(m[g] - m_new);
-#pragma unroll
-        for (int e = 0; e < EPL; ++e)
-          acc_s[g][lane * EPL + e] = acc_s[g][lane * EPL + e] * c_old + acc[g][e] * c_new;
-        __syncwarp();
-        if (lane == 0) m_s[g] = m_new, l_s[g] = l_s[g] * c_old + l[g] * c_new;
-        __syncwarp();
-      }
-    }
-    __syncthreads();
-  }
   for (int i = threadIdx.x; i < G * (HD + 2); i += blockDim.x) {
-    const int g = i / (HD + 2), d = i % (HD + 2);
-    const float v = d < HD ? acc_s[g][d] : (d == HD ? m_s[g] : l_s[g]);
-    a.partial[((static_cast<int64_t>(kvh) * G + g) * a.splits + split) * (HD + 2) + d] = v;
+    const int h = i / (HD + 2), d = i % (HD + 2);
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, ms[w * kMaxGroup + h]);
+    float v = 0.0f;
+    if (d == HD) {
+      v = M;
+    } else {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float mw = ms[w * kMaxGroup + h];
+        if (mw == -INFINITY) continue;  // a warp without keys
+        v += expf(mw - M) * (d < HD ? os[(w * kMaxGroup + h) * HD + d] : ls[w * kMaxGroup + h]);
+      }
+    }
+    partial_row(a, kvh * G + h, split)[d] = v;
   }
 }
 
-// One block per query head: the splits' weights exp(m_s - M) / Σ_s l_s·exp(m_s - M) once in shared
-// memory, then a thread per dim sums the splits' partial outputs (independent loads, unrolled).
-__global__ void combine_kernel(AttentionDecodeArgs a) {
-  __shared__ float coef[kMaxSplits], scratch[32];
-  const int h = blockIdx.x, hd = a.head_dim;
-  const float* part = a.partial + static_cast<int64_t>(h) * a.splits * (hd + 2);
-  float m = -INFINITY;
-  for (int s = threadIdx.x; s < a.splits; s += blockDim.x) m = fmaxf(m, part[s * (hd + 2) + hd]);
-  const float M = block_max(m, scratch);
+constexpr int kCombineWarps = 8, kCombineDims = 32;
+
+__global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(AttentionDecodeArgs a) {
+  __shared__ float coef[kMaxSplits], scratch[32], sums[kCombineWarps][kCombineDims];
+  const int h = blockIdx.x, hd = a.head_dim, d = blockIdx.y * kCombineDims + (threadIdx.x & 31);
+  const int warp = threadIdx.x >> 5;
+  let_next_kernel_start();
+  wait_for_previous_kernel();  // the partials
+  float mx = -INFINITY;
+  for (int s = threadIdx.x; s < a.splits; s += blockDim.x) mx = fmaxf(mx, partial_row(a, h, s)[hd]);
+  const float M = block_max(mx, scratch);
   float den = 0.0f;
   for (int s = threadIdx.x; s < a.splits; s += blockDim.x) {
-    const float ms = part[s * (hd + 2) + hd];
-    const float c = ms == -INFINITY ? 0.0f : expf(ms - M);  // an empty range adds nothing
+    const float* p = partial_row(a, h, s);
+    const float c = p[hd] == -INFINITY ? 0.0f : expf(p[hd] - M);  // an empty range adds nothing
     coef[s] = c;
-    den += c * part[s * (hd + 2) + hd + 1];
+    den += c * p[hd + 1];
   }
   den = block_sum(den, scratch);  // (its barriers also publish coef)
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float num = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < a.splits; ++s) num += part[s * (hd + 2) + d] * coef[s];
-    float o = num / den;
-    if (a.gate) o *= sigmoidf_(a.gate[h * a.gate_stride + d]);
-    a.out[static_cast<int64_t>(h) * hd + d] = o;
+  float num = 0.0f;
+#pragma unroll 4
+  for (int s = warp; s < a.splits; s += kCombineWarps) num += partial_row(a, h, s)[d] * coef[s];
+  sums[warp][threadIdx.x & 31] = num;
+  __syncthreads();
+  if (warp != 0) return;
+  num = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kCombineWarps; ++w) num += sums[w][threadIdx.x];
+  float out = num / den;
+  if (a.gate) out *= sigmoidf_(a.gate[h * a.gate_stride + d]);
+  a.out[static_cast<int64_t>(h) * hd + d] = out;
+}
+
+template <int HD>
+void launch_mma(const AttentionDecodeArgs& a, cudaStream_t stream) {
+  static bool configured = false;
+  if (!configured) {
+    check(cudaFuncSetAttribute(decode_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(DecodeSmem<HD>::kBytes)),
+          "attention_decode: shared memory limit");
+    configured = true;
   }
+  const dim3 grid(static_cast<unsigned>(a.n_kv_heads), static_cast<unsigned>(a.splits));
+  launch_kernel(decode_mma_kernel<HD>, grid, dim3(kWarps * 32), DecodeSmem<HD>::kBytes, stream, a.overlap,
+                "attention_decode", a);
 }
 
 }  // namespace
+
+int attention_decode_splits(int n_kv_heads) {
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
+  return std::max(1, std::min(kMaxSplits, sms / std::max(1, n_kv_heads)));
+}
 
 void attention_decode(const AttentionDecodeArgs& a, cudaStream_t stream) {
   if (a.n_heads % a.n_kv_heads != 0 || a.n_heads / a.n_kv_heads > kMaxGroup)
     check(cudaErrorInvalidValue, "attention_decode: at most 8 query heads per kv head");
   if (a.splits < 1 || a.splits > kMaxSplits) check(cudaErrorInvalidValue, "attention_decode: 1..1024 splits");
-  const dim3 grid(static_cast<unsigned>(a.n_kv_heads), static_cast<unsigned>(a.splits));
-  switch (a.head_dim) {
-    case 32:
-      decode_kernel<1><<<grid, kWarps * 32, 0, stream>>>(a);
-      break;
-    case 64:
-      decode_kernel<2><<<grid, kWarps * 32, 0, stream>>>(a);
-      break;
-    case 128:
-      decode_kernel<4><<<grid, kWarps * 32, 0, stream>>>(a);
-      break;
-    case 256:
-      decode_kernel<8><<<grid, kWarps * 32, 0, stream>>>(a);
-      break;
-    default:
-      check(cudaErrorInvalidValue, "attention_decode: head_dim must be 32, 64, 128 or 256");
-  }
-  check_launch("attention_decode");
-  combine_kernel<<<static_cast<unsigned>(a.n_heads), 256, 0, stream>>>(a);
-  check_launch("attention_decode_combine");
+  if (a.head_dim != 32 && a.head_dim != 64 && a.head_dim != 128 && a.head_dim != 256)
+    check(cudaErrorInvalidValue, "attention_decode: head_dim must be 32, 64, 128 or 256");
+  if (!a.tensor_cores)
+    attention_decode_splits_simt(a, stream);
+  else if (a.head_dim == 32)
+    launch_mma<32>(a, stream);
+  else if (a.head_dim == 64)
+    launch_mma<64>(a, stream);
+  else if (a.head_dim == 128)
+    launch_mma<128>(a, stream);
+  else
+    launch_mma<256>(a, stream);
+  launch_kernel(combine_kernel,
+                dim3(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(a.head_dim / kCombineDims)),
+                dim3(kCombineWarps * 32), 0, stream, a.overlap, "attention_decode_combine", a);
 }
 
 }  // namespace qwick::cuda

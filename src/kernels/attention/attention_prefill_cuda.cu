@@ -19,21 +19,13 @@
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
+#include "kernels/tensor_core.cuh"
 
 namespace qwick::cuda {
 namespace {
 
 constexpr int kRows = 64, kThreads = 128;
 enum Variant { kTransposed, kLdmatrix, kPipelined };
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 template <int HD, Variant V>
 struct Smem {
@@ -43,20 +35,6 @@ struct Smem {
   static constexpr size_t kBytes =
       sizeof(uint16_t) * (kRows * kLdQ + kBuffers * (kKVElems + (V == kTransposed ? HD * kLdV : kKVElems)));
 };
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src), "r"(valid ? 16 : 0));
-}
-
-// Fragments b0, b1 of two n-tiles (dimensions d0 .. d0 + 15) for keys k0 .. k0 + 15 from row-major V.
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* row) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 
 template <int HD, Variant V>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionPrefillArgs a) {
@@ -99,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionPrefillArgs 
       cp_async16(ks + r * kLdQ + c * 8, kc + (valid ? p : 0) * HD + c * 8, valid);
       cp_async16(ks + L::kKVElems + r * kLdQ + c * 8, vc + (valid ? p : 0) * HD + c * 8, valid);
     }
-    asm volatile("cp.async.commit_group;\n" ::);
+    cp_async_commit();
   };
   if constexpr (V == kPipelined) issue(0, 0);
 
@@ -113,8 +91,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionPrefillArgs 
       if (kv0 + kKeys < kv_end)
         issue(kv0 + kKeys, buf ^ 1);
       else
-        asm volatile("cp.async.commit_group;\n" ::);  // keeps one group per tile
-      asm volatile("cp.async.wait_group 1;\n" ::);
+        cp_async_commit();  // keeps one group per tile
+      cp_async_wait<1>();
       __syncthreads();  // this tile has landed for everyone (and, first time round, Qs is written)
     } else {
       __syncthreads();  // the previous tile is consumed (and, first time round, Qs is written)

@@ -17,6 +17,7 @@
 // inputs, over formats, real and odd shapes, and grouped tile lists.
 #include "kernels/cuda_launch.h"
 #include "kernels/matmul/dequant.cuh"
+#include "kernels/tensor_core.cuh"
 
 namespace qwick::cuda {
 namespace {
@@ -25,14 +26,6 @@ constexpr int kTile = 64;    // slots and outputs per block
 constexpr int kK = 64;       // k slice
 constexpr int kLd = kK + 8;  // padded row of a shared tile, in bf16
 constexpr int kThreads = 128;
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // This thread's share of W rows [r0, r0 + 64) × columns [k0, k0 + 64), as bf16 into ws.
 template <WeightFormat F>
@@ -122,7 +115,8 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmArgs a) {
         const uint32_t b0 = *reinterpret_cast<const uint32_t*>(base);
         const uint32_t b1 = *reinterpret_cast<const uint32_t*>(base + 8);
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) mma_bf16(acc[mt][nt], af[mt], b0, b1);
+        for (int mt = 0; mt < 2; ++mt)
+          mma_bf16(acc[mt][nt], af[mt][0], af[mt][1], af[mt][2], af[mt][3], b0, b1);
       }
     }
     __syncthreads();

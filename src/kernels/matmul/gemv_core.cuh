@@ -20,18 +20,9 @@
 #pragma once
 
 #include "kernels/matmul/dequant.cuh"
+#include "kernels/tensor_core.cuh"
 
 namespace qwick::cuda {
-
-// Programmatic dependent launch: a kernel launched with the attribute may start while the previous
-// one runs; it must wait before reading anything the previous kernels wrote. Both are no-ops in a
-// kernel launched without it.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-__device__ __forceinline__ void let_next_kernel_start() {
-  asm volatile("griddepcontrol.launch_dependents;");
-}
 
 // A 16-byte load of data no kernel writes during the step, not kept in L1.
 __device__ __forceinline__ uint4 load_weights(const void* p) {
@@ -147,6 +138,18 @@ __device__ __forceinline__ void stage_q8(const float* xs, int64_t n, uint8_t* q8
   }
 }
 
+// The group of a chunk's codes: a shift for the power-of-two groups of real checkpoints, a 32-bit
+// division otherwise. (The 64-bit division this replaces ran per chunk and row and cost about as many
+// instructions as the dot product itself.)
+struct ChunkGroup {
+  int per = 1, shift = 0;  // chunks per group; shift < 0: not a power of two
+  __device__ __forceinline__ ChunkGroup(int group_size, int elems) {
+    per = group_size > elems ? group_size / elems : 1;
+    shift = (per & (per - 1)) == 0 ? __ffs(per) - 1 : -1;
+  }
+  __device__ __forceinline__ int of(int chunk) const { return shift >= 0 ? chunk >> shift : chunk / per; }
+};
+
 // ---- the dot products ----------------------------------------------------------------------------
 // Σ_i code_i·x_i over one chunk (affine formats), or Σ_i w_i·x_i (bf16). 4-bit codes go to f32
 // without a conversion instruction: a byte permute places code q in the mantissa of 2.0, giving
@@ -198,6 +201,7 @@ __device__ __forceinline__ void dot_rows(const WeightRow (&rows)[R], int64_t chu
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
   const int64_t step = static_cast<int64_t>(sub) * U;
   const int64_t iters = (chunks + step - 1) / step;
+  const ChunkGroup group(group_size, E);
   for (int64_t it = 0; it < iters; ++it) {
     // Every load of the iteration first: weights, and (affine) their groups' scales and biases.
     uint4 w[U][R];
@@ -210,7 +214,7 @@ __device__ __forceinline__ void dot_rows(const WeightRow (&rows)[R], int64_t chu
         const bool load = c < chunks && rows[r].data;
         w[u][r] = load ? load_weights(rows[r].data + c * 16) : make_uint4(0, 0, 0, 0);
         if constexpr (kAffine) {
-          const int64_t g = c * E / group_size;
+          const int g = group.of(static_cast<int>(c));
           sc[u][r] = load ? rows[r].scales[g] : uint16_t{0};
           bi[u][r] = load ? rows[r].biases[g] : uint16_t{0};
         }
@@ -271,6 +275,63 @@ __device__ __forceinline__ void dot_rows(const WeightRow (&rows)[R], int64_t chu
     for (int o = sub / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
     acc[r] = v;
   }
+}
+
+// ---- row records (4-bit rows streamed into shared memory) ------------------------------------------
+// A record is one row as the dots need it: its codes (cols / 2 bytes), then its groups' scales, then
+// their biases, side by side. stage_record requests one with cp.async by lanes [lane, lanes) of the
+// caller's choice; the caller commits and waits. Needs 16-byte pieces: (cols / group_size) % 8 == 0.
+constexpr int64_t record_bytes(int64_t cols, int64_t group_size) {
+  return cols / 2 + 4 * (cols / group_size);
+}
+__device__ __forceinline__ void stage_record(const DeviceMatrix& m, int64_t row, uint8_t* dst, int lane,
+                                             int lanes) {
+  const int64_t codes = m.row_bytes / 16, groups = m.cols / m.group_size * 2 / 16;
+  const uint8_t* data = m.data + row * m.row_bytes;
+  const uint8_t* scales = reinterpret_cast<const uint8_t*>(m.scales) + row * groups * 16;
+  const uint8_t* biases = reinterpret_cast<const uint8_t*>(m.biases) + row * groups * 16;
+  for (int64_t i = lane; i < codes + 2 * groups; i += lanes) {
+    const uint8_t* src = i < codes            ? data + i * 16
+                         : i < codes + groups ? scales + (i - codes) * 16
+                                              : biases + (i - codes - groups) * 16;
+    cp_async16(dst + i * 16, src, true);
+  }
+}
+
+// acc[r] = record r · x (staged, E = 32) by a group of `sub` lanes (a power of two; every lane of the
+// warp calls this with the same sub), lane_g taking chunks lane_g, lane_g + sub, ...; complete in
+// every lane of the group.
+template <int R>
+__device__ __forceinline__ void record_dots(const uint8_t* const (&rec)[R], int64_t cols, int group_size,
+                                            const float* xs, int lane_g, int sub, float (&acc)[R]) {
+  constexpr int E = 32;
+  const int chunks = static_cast<int>(cols / E), groups = static_cast<int>(cols / group_size);
+  const ChunkGroup group(group_size, E);
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int c = lane_g; c < chunks; c += sub) {
+    float xv[E];
+    const float4* xp = reinterpret_cast<const float4*>(xs + c * (E + 4));
+#pragma unroll
+    for (int j = 0; j < E / 4; ++j) {
+      const float4 q = xp[j];
+      xv[4 * j] = q.x, xv[4 * j + 1] = q.y, xv[4 * j + 2] = q.z, xv[4 * j + 3] = q.w;
+    }
+    float xsum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) xsum += xv[i];
+    const int g = group.of(c);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint4 w = *reinterpret_cast<const uint4*>(rec[r] + c * 16);
+      const uint16_t* sb = reinterpret_cast<const uint16_t*>(rec[r] + cols / 2);
+      const float dot = chunk_code_dot<WeightFormat::kAffine4>(w, xv, xsum);
+      acc[r] += bf16_to_f32(sb[g]) * dot + bf16_to_f32(sb[groups + g]) * xsum;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    for (int o = sub / 2; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(kFullMask, acc[r], o);
 }
 
 // Lanes per row for `chunks` chunks: the whole warp from 32 chunks up, else the largest power of two
