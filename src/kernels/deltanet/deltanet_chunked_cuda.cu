@@ -266,24 +266,39 @@ __global__ void __launch_bounds__(kScanWarps * 32, 1) chunk_scan_kernel(DeltaNet
       for (int e = 0; e < 4; ++e)
         s_acc[mt][nt][e] = Ss[(d0 + mt * 16 + g + 8 * (e >> 1)) * Sm::kLdV + nt * 8 + 2 * t + (e & 1)];
 
-  for (int c = 0; c < ws.chunks; ++c) {
+  // Loads in two parts: Q, W, U, G are read only before the barrier in the middle of a chunk, so the
+  // next chunk's stream in while this one finishes (P V' and the state update); K and P follow.
+  auto load_qwug = [&](int c) {
     const int64_t t0 = int64_t{c} * kL, head_row = int64_t{h} * ws.n_pad + t0;
     for (int e = tid; e < kL * DK / 4; e += kThreads) {
       const int i = e / (DK / 4), d = e % (DK / 4) * 4;
       const bool valid = t0 + i < a.n;
-      const float* row = a.qkv + (valid ? t0 + i : 0) * a.ld + int64_t{kh} * DK + d;
-      cp_async16(Qs + i * Sm::kLdQ + d, row, valid);
-      cp_async16(Ks + i * Sm::kLdK + d, row + key_dim, valid);
+      cp_async16(Qs + i * Sm::kLdQ + d, a.qkv + (valid ? t0 + i : 0) * a.ld + int64_t{kh} * DK + d, valid);
       cp_async16(Ws + i * Sm::kLdQ + d, ws.W + (head_row + i) * DK + d, true);
     }
-    const float* P = ws.P + (int64_t{h} * ws.chunks + c) * kL * kL;
-    for (int e = tid; e < kL * kL / 4; e += kThreads)
-      cp_async16(Ps + e / (kL / 4) * Sm::kLdP + e % (kL / 4) * 4, P + e * 4, true);
     for (int e = tid; e < kL * kCols / 4; e += kThreads) {
       const int i = e / (kCols / 4), n = e % (kCols / 4) * 4;
       cp_async16(Us + i * Sm::kLdV + n, ws.U + (head_row + i) * a.Dv + j0 + n, true);
     }
     if (tid < kL / 4) cp_async16(Gs + 4 * tid, ws.G + head_row + 4 * tid, true);
+  };
+  auto load_kp = [&](int c) {
+    const int64_t t0 = int64_t{c} * kL;
+    for (int e = tid; e < kL * DK / 4; e += kThreads) {
+      const int i = e / (DK / 4), d = e % (DK / 4) * 4;
+      const bool valid = t0 + i < a.n;
+      cp_async16(Ks + i * Sm::kLdK + d, a.qkv + (valid ? t0 + i : 0) * a.ld + key_dim + int64_t{kh} * DK + d,
+                 valid);
+    }
+    const float* P = ws.P + (int64_t{h} * ws.chunks + c) * kL * kL;
+    for (int e = tid; e < kL * kL / 4; e += kThreads)
+      cp_async16(Ps + e / (kL / 4) * Sm::kLdP + e % (kL / 4) * 4, P + e * 4, true);
+  };
+
+  load_qwug(0);
+  for (int c = 0; c < ws.chunks; ++c) {
+    const int64_t t0 = int64_t{c} * kL;
+    load_kp(c);
     cp_async_wait_all();
     __syncthreads();
 
@@ -308,6 +323,7 @@ __global__ void __launch_bounds__(kScanWarps * 32, 1) chunk_scan_kernel(DeltaNet
         }
     }
     __syncthreads();
+    if (c + 1 < ws.chunks) load_qwug(c + 1);  // committed and waited for with the next K and P
 
     // O += P V' (P is lower triangular: columns past this warp's last row add nothing), then out.
     warp_mma<1, 4, SPLIT>(o_acc, Ps + m0 * Sm::kLdP, Sm::kLdP, 1, Vs, Sm::kLdV, m0 + 16);
