@@ -40,7 +40,8 @@ struct BackendOptions {
   // one), "conv" (DeltaNet conv walking the rows of a chunk in turn), "router" (a GEMV per row instead
   // of one f32 GEMM for chunks of 4096 rows), "attention-pipeline" (flash prefill loading each key
   // tile, then computing it, instead of streaming the next one in meanwhile), "attention" (the first
-  // flash prefill: also V transposed at load instead of read with ldmatrix.trans).
+  // flash prefill: also V transposed at load instead of read with ldmatrix.trans), "chunked-scan" (the
+  // DeltaNet token scan for every chunk instead of the chunked WY form from 64 rows on).
   std::string cuda_off;
 };
 

@@ -35,13 +35,14 @@ struct RunSpec {
   std::string device = "cuda";
   bool fusion = true, overlap = true;
   bool int8 = false;  // int8 decode activations against 4-bit weights (device_int8, not exact)
+  bool chunked_scan = true;
 };
 
 std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& tokens, const RunSpec& run) {
   BackendOptions opt;
   opt.max_context = 4096;
-  for (auto [on, lever] :
-       {std::pair{run.graphs, "graph"}, std::pair{run.fusion, "fusion"}, std::pair{run.overlap, "overlap"}})
+  for (auto [on, lever] : {std::pair{run.graphs, "graph"}, std::pair{run.fusion, "fusion"},
+                           std::pair{run.overlap, "overlap"}, std::pair{run.chunked_scan, "chunked-scan"}})
     if (!on) opt.cuda_off += std::string(opt.cuda_off.empty() ? "" : ",") + lever;
   opt.threads = 4;
   opt.exact = !run.int8;  // by default the f32 reference numerics, not the int8/bf16 fast paths
@@ -207,13 +208,28 @@ TEST(CudaBackend, PrefillThenDecodeEqualsOnePrefill) {
   }
 }
 
+// With the token scan every chunking gives the same numbers (bitwise, measured). The chunked DeltaNet
+// form (chunks from 128 rows) sums in another order, ~1e-6 relative on its own (cuda_kernels_test),
+// and where that rounds a GEMM input to another bf16 value the fixture's random weights amplify it:
+// measured up to 5.3e-3 between chunkings, under the fixture's bf16 error vs the reference (1.5e-2).
 TEST(CudaBackend, ChunkSizeDoesNotChangeLogits) {
   QWICK_REQUIRE_GPU();
   const Fixture fx("small");
   const auto model = load_model(test::fixture("small/mlx4"));
-  const auto ref = logits_of(*model, fx.tokens, RunSpec{4096});
-  for (int64_t chunk : {1, 7, 64, 100})
-    EXPECT_LT(rel_err(logits_of(*model, fx.tokens, RunSpec{chunk}), ref), 1e-5) << chunk;
+  for (bool chunked : {false, true}) {
+    SCOPED_TRACE(chunked ? "chunked scan" : "token scan");
+    RunSpec whole{4096};
+    whole.chunked_scan = chunked;
+    const auto ref = logits_of(*model, fx.tokens, whole);
+    for (int64_t chunk : {1, 7, 64, 100}) {
+      RunSpec run{chunk};
+      run.chunked_scan = chunked;
+      const double err = rel_err(logits_of(*model, fx.tokens, run), ref);
+      std::printf("[ fixture  ] small/mlx4 %s, chunk %3lld vs 4096: rel_err %.3e\n",
+                  chunked ? "chunked scan" : "token scan", static_cast<long long>(chunk), err);
+      EXPECT_LT(err, chunked ? 1e-2 : 1e-5) << chunk;
+    }
+  }
 }
 
 TEST(CudaBackend, DeviceSamplingFollowsTheLogits) {

@@ -23,6 +23,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/deltanet/deltanet.h"
+#include "kernels/deltanet/deltanet_chunked_cuda.h"
 #include "kernels/deltanet/deltanet_cuda.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/matmul_parallel.h"
@@ -740,6 +741,129 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
         EXPECT_LT(rel_err(d_rec.download(), rec), 1e-4);
       }
     }
+}
+
+// Random scan inputs for n rows of one DeltaNet layer as deltanet_prepare leaves them: q, k
+// L2-normalised per key head (q scaled), v random, beta and decay from random gates with decay rates
+// spread from strong (state forgotten within a few rows) to weak (carried over hundreds).
+struct ScanInputs {
+  std::vector<float> qkv, beta, decay;
+};
+ScanInputs random_scan_inputs(int64_t n, int Hk, int Hv, int Dk, int Dv, std::mt19937_64& rng) {
+  const int64_t key_dim = int64_t{Hk} * Dk, C = 2 * key_dim + int64_t{Hv} * Dv;
+  ScanInputs in{randn(static_cast<size_t>(n * C), rng), std::vector<float>(static_cast<size_t>(n * Hv)),
+                std::vector<float>(static_cast<size_t>(n * Hv))};
+  std::vector<float> a_neg(static_cast<size_t>(Hv)), dt_bias = randn(static_cast<size_t>(Hv), rng);
+  std::uniform_real_distribution<float> log_rate(-5.0f, 2.8f);
+  for (float& v : a_neg) v = -std::exp(log_rate(rng));
+  const auto b = randn(in.beta.size(), rng), a = randn(in.beta.size(), rng);
+  for (int64_t t = 0; t < n; ++t) {
+    float* row = in.qkv.data() + t * C;
+    for (int h = 0; h < Hk; ++h) {
+      l2_norm(row + h * Dk, Dk, 1e-6f, 1.0f / std::sqrt(static_cast<float>(Dk)));
+      l2_norm(row + key_dim + h * Dk, Dk, 1e-6f, 1.0f);
+    }
+    deltanet_gates(b.data() + t * Hv, a.data() + t * Hv, a_neg.data(), dt_bias.data(), Hv,
+                   in.beta.data() + t * Hv, in.decay.data() + t * Hv);
+  }
+  return in;
+}
+
+// The chunked (WY) scan against deltanet_scan_head over several calls with the state carried,
+// starting from a random nonzero state: lengths under, at and across the 64-row chunk; with the
+// split (3×tf32) products and with plain tf32.
+TEST(DeltaNet, ChunkedScanMatchesCpu) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  struct Shape {
+    int Hk, Hv, Dk, Dv;
+  };
+  for (const Shape s :
+       {Shape{16, 32, 128, 128}, Shape{4, 8, 64, 64}, Shape{2, 4, 128, 64}, Shape{2, 6, 64, 96}}) {
+    SCOPED_TRACE(fmt::format("Hk {} Hv {} Dk {} Dv {}", s.Hk, s.Hv, s.Dk, s.Dv));
+    const int64_t key_dim = int64_t{s.Hk} * s.Dk, C = 2 * key_dim + int64_t{s.Hv} * s.Dv,
+                  Vt = int64_t{s.Hv} * s.Dv;
+    std::vector<float> rec = randn(static_cast<size_t>(Vt * s.Dk), rng);
+    DeviceArray<float> d_rec_split(rec), d_rec_plain(rec);
+    for (int64_t n : {5, 64, 130, 1, 300, 63}) {
+      SCOPED_TRACE(fmt::format("chunk of {}", n));
+      const ScanInputs in = random_scan_inputs(n, s.Hk, s.Hv, s.Dk, s.Dv, rng);
+      std::vector<float> o(static_cast<size_t>(n * Vt));
+      for (int h = 0; h < s.Hv; ++h) {
+        const int64_t kh = h / (s.Hv / s.Hk);
+        const DeltaNetHeadScan scan{in.qkv.data() + kh * s.Dk,
+                                    in.qkv.data() + key_dim + kh * s.Dk,
+                                    C,
+                                    in.qkv.data() + 2 * key_dim + int64_t{h} * s.Dv,
+                                    C,
+                                    in.decay.data() + h,
+                                    in.beta.data() + h,
+                                    s.Hv,
+                                    o.data() + int64_t{h} * s.Dv,
+                                    Vt};
+        deltanet_scan_head(scan, n, s.Dk, s.Dv, rec.data() + int64_t{h} * s.Dv * s.Dk, kVectorOpsReference);
+      }
+      DeviceArray<float> d_qkv(in.qkv), d_beta(in.beta), d_decay(in.decay), d_o(o.size()),
+          d_work(static_cast<size_t>(cuda::deltanet_chunked_workspace_floats(n, s.Hv, s.Dk, s.Dv)));
+      for (bool split : {true, false}) {
+        d_o.poison();
+        const DeviceArray<float>& d_rec = split ? d_rec_split : d_rec_plain;
+        const cuda::DeltaNetScanArgs args{d_qkv.data(), C,    d_beta.data(), d_decay.data(), n,          s.Hk,
+                                          s.Hv,         s.Dk, s.Dv,          d_rec.data(),   d_o.data(), Vt};
+        ASSERT_TRUE(cuda::deltanet_chunked_supported(args));
+        cuda::deltanet_chunked_scan(args, d_work.data(), nullptr, split);
+        const double err_o = rel_err(d_o.download(), o), err_s = rel_err(d_rec.download(), rec);
+        fmt::print("chunked scan {:5} Hk {:2} Hv {:2} Dk {:3} Dv {:3} n {:3}: out {:.2e} state {:.2e}\n",
+                   split ? "3xtf32" : "tf32", s.Hk, s.Hv, s.Dk, s.Dv, n, err_o, err_s);
+        const double bound = split ? 1e-4 : 5e-3;
+        EXPECT_LT(err_o, bound) << (split ? "3xtf32" : "tf32");
+        EXPECT_LT(err_s, bound) << (split ? "3xtf32" : "tf32");
+      }
+    }
+  }
+}
+
+// Not a check: the token scan against the chunked form at the real model's shape, device time per
+// call (median of 7) for the prompt-chunk lengths the backend sees; chooses kChunkedScanMinRows.
+TEST(DeltaNet, ChunkedScanTiming) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  const int Hk = 16, Hv = 32, Dk = 128, Dv = 128;
+  const int64_t key_dim = int64_t{Hk} * Dk, C = 2 * key_dim + int64_t{Hv} * Dv, Vt = int64_t{Hv} * Dv;
+  cudaEvent_t start, stop;
+  cuda::check(cudaEventCreate(&start), "event");
+  cuda::check(cudaEventCreate(&stop), "event");
+  fmt::print("{:>6} {:>12} {:>14} {:>12}   (us per call, one layer)\n", "rows", "token scan",
+             "chunked 3xtf32", "chunked tf32");
+  for (int64_t n : {16, 32, 64, 128, 256, 512, 1024, 4096}) {
+    const ScanInputs in = random_scan_inputs(n, Hk, Hv, Dk, Dv, rng);
+    DeviceArray<float> d_qkv(in.qkv), d_beta(in.beta), d_decay(in.decay), d_o(static_cast<size_t>(n * Vt)),
+        d_rec(randn(static_cast<size_t>(Vt * Dk), rng, 0.1f)),
+        d_work(static_cast<size_t>(cuda::deltanet_chunked_workspace_floats(n, Hv, Dk, Dv)));
+    const cuda::DeltaNetScanArgs args{d_qkv.data(), C,  d_beta.data(), d_decay.data(), n, Hk, Hv,
+                                      Dk,           Dv, d_rec.data(),  d_o.data(),     Vt};
+    double us[3];
+    for (int variant = 0; variant < 3; ++variant) {
+      std::vector<float> times;
+      for (int rep = 0; rep < 8; ++rep) {
+        cuda::check(cudaEventRecord(start), "event");
+        if (variant == 0)
+          cuda::deltanet_scan(args, nullptr);
+        else
+          cuda::deltanet_chunked_scan(args, d_work.data(), nullptr, variant == 1);
+        cuda::check(cudaEventRecord(stop), "event");
+        cuda::check(cudaEventSynchronize(stop), "event");
+        float ms = 0.0f;
+        cuda::check(cudaEventElapsedTime(&ms, start, stop), "event");
+        if (rep > 0) times.push_back(ms);  // the first call loads the module
+      }
+      std::sort(times.begin(), times.end());
+      us[variant] = 1e3 * times[times.size() / 2];
+    }
+    fmt::print("{:>6} {:>12.1f} {:>14.1f} {:>12.1f}\n", n, us[0], us[1], us[2]);
+  }
+  cuda::check(cudaEventDestroy(start), "event");
+  cuda::check(cudaEventDestroy(stop), "event");
 }
 
 struct AttnShape {
