@@ -518,25 +518,23 @@ TEST(Moe, GroupingGroupedGemmAndCombine) {
   }
 }
 
-// The decode MoE (norm, router + routing, gate|up + SwiGLU, down + weighted combine + residual), in
-// three fused kernels and (4-bit, where it fits) in one, against the CPU chain, over expert formats,
-// with f32 and (4-bit, three kernels) int8 activations; each twice (the second time as programmatic
-// dependent launches) so the block counter is seen to reset.
+// The decode MoE's three fused kernels (norm, router + routing, gate|up + SwiGLU, down + weighted
+// combine + residual) against the CPU chain, over expert formats, with f32 and (4-bit) int8
+// activations; each twice (the second time as programmatic dependent launches) so the router's block
+// counter is seen to reset.
 TEST(Moe, DecodeMatchesCpu) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
-  for (auto [format, E, k, H, I, gs] :
-       {std::tuple{WeightFormat::kAffine4, 64, 8, int64_t{512}, int64_t{128}, 32},
-        std::tuple{WeightFormat::kAffine8, 16, 4, int64_t{256}, int64_t{64}, 32},
-        std::tuple{WeightFormat::kBF16, 8, 2, int64_t{128}, int64_t{192}, 32},
-        std::tuple{WeightFormat::kAffine4, 40, 8, int64_t{1024}, int64_t{512}, 64}}) {
-    SCOPED_TRACE(fmt::format("{} E={} k={} H={} I={} group {}", weight_format_name(format), E, k, H, I, gs));
+  for (auto [format, E, k, H, I] : {std::tuple{WeightFormat::kAffine4, 64, 8, int64_t{512}, int64_t{128}},
+                                    std::tuple{WeightFormat::kAffine8, 16, 4, int64_t{256}, int64_t{64}},
+                                    std::tuple{WeightFormat::kBF16, 8, 2, int64_t{128}, int64_t{192}}}) {
+    SCOPED_TRACE(fmt::format("{} E={} k={} H={} I={}", weight_format_name(format), E, k, H, I));
     std::vector<HostMatrix> host;
     std::vector<cuda::UploadedMatrix> dev;
     std::vector<DeviceMatrix> experts, route;
     for (int e = 0; e <= E; ++e)  // entry E: the shared expert
       for (auto [rows, cols] : {std::pair{I, H}, std::pair{I, H}, std::pair{H, I}}) {
-        host.push_back(random_matrix(format, rows, cols, gs, rng));
+        host.push_back(random_matrix(format, rows, cols, 32, rng));
         dev.push_back(cuda::upload_matrix(host.back().w, nullptr));
         experts.push_back(dev.back().m);
       }
@@ -549,11 +547,9 @@ TEST(Moe, DecodeMatchesCpu) {
     DeviceArray<float> logits(static_cast<size_t>(E + 1)), weights(static_cast<size_t>(k)),
         act(static_cast<size_t>((k + 1) * I));
     DeviceArray<int32_t> ids(static_cast<size_t>(k)), counter(std::vector<int32_t>{0});
-    for (int round = 0; round < 6; ++round) {
-      // rounds 2, 3: int8 activations; 4, 5: one kernel
-      const bool q8 = round >= 2 && round < 4 && format == WeightFormat::kAffine4;
-      const bool single = round >= 4;
-      if (round >= 2 && !q8 && !single) continue;
+    for (int round = 0; round < 4; ++round) {
+      const bool q8 = round >= 2 && format == WeightFormat::kAffine4;  // rounds 2, 3: int8 activations
+      if (round >= 2 && !q8) break;
       SCOPED_TRACE(round);
       const auto x = randn(static_cast<size_t>(H), rng, 2.0f), w = randn(static_cast<size_t>(H), rng);
       DeviceArray<float> dx(x), dw(w);
@@ -576,12 +572,6 @@ TEST(Moe, DecodeMatchesCpu) {
       a.act = act.data();
       a.overlap = round % 2 == 1;
       a.q8 = q8;
-      a.single_kernel = single;
-      a.expert_group_size = gs;
-      if (single && !cuda::moe_decode_single_fits(a)) {
-        ASSERT_NE(gs, 64) << "the model-like shape must take the one-kernel path";
-        continue;
-      }
       cuda::moe_decode(a, nullptr);
 
       std::vector<float> normed(static_cast<size_t>(H));

@@ -234,8 +234,6 @@ class CudaBackend final : public Backend {
         overlap_ = false;
       else if (name == "decode-attention")
         decode_attention_mma_ = false;
-      else if (name == "moe-kernel")
-        moe_single_kernel_ = false;
       else if (name == "gemm")
         pipelined_gemm_ = false;
       else if (name == "conv")
@@ -250,7 +248,7 @@ class CudaBackend final : public Backend {
         chunked_scan_ = false;
       else if (!name.empty())
         fail(
-            "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, moe-kernel, "
+            "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, "
             "gemm, conv, router, attention-pipeline, attention, chunked-scan)",
             name);
       begin = end + 1;
@@ -724,10 +722,6 @@ class CudaBackend final : public Backend {
            w.expert_group_size > 0 && cfg_.expert_dim % 64 == 0 && gemv_q8_fits(w.shared_gate_proj) &&
            gemv_q8_fits(w.shared_up) && gemv_q8_fits(w.shared_down);
     a.overlap = overlap_;
-    a.expert_group_size = w.expert_group_size;
-    a.single_kernel = moe_single_kernel_ && w.shared_gate_proj.group_size == w.expert_group_size &&
-                      w.shared_up.group_size == w.expert_group_size &&
-                      w.shared_down.group_size == w.expert_group_size;
     moe_decode(a, stream_);
   }
 
@@ -1022,7 +1016,6 @@ class CudaBackend final : public Backend {
   // BackendOptions::cuda_off
   bool use_graph_ = true, fuse_ = true, overlap_ = true;  // decode
   bool decode_attention_mma_ = true;
-  bool moe_single_kernel_ = true;
   int attention_splits_ = 1;    // decode attention: context ranges per kv head
   bool pipelined_gemm_ = true;  // prefill
   bool row_parallel_conv_ = true;

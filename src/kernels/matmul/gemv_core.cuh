@@ -20,7 +20,6 @@
 #pragma once
 
 #include "kernels/matmul/dequant.cuh"
-#include "kernels/tensor_core.cuh"
 
 namespace qwick::cuda {
 
@@ -275,63 +274,6 @@ __device__ __forceinline__ void dot_rows(const WeightRow (&rows)[R], int64_t chu
     for (int o = sub / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
     acc[r] = v;
   }
-}
-
-// ---- row records (4-bit rows streamed into shared memory) ------------------------------------------
-// A record is one row as the dots need it: its codes (cols / 2 bytes), then its groups' scales, then
-// their biases, side by side. stage_record requests one with cp.async by lanes [lane, lanes) of the
-// caller's choice; the caller commits and waits. Needs 16-byte pieces: (cols / group_size) % 8 == 0.
-constexpr int64_t record_bytes(int64_t cols, int64_t group_size) {
-  return cols / 2 + 4 * (cols / group_size);
-}
-__device__ __forceinline__ void stage_record(const DeviceMatrix& m, int64_t row, uint8_t* dst, int lane,
-                                             int lanes) {
-  const int64_t codes = m.row_bytes / 16, groups = m.cols / m.group_size * 2 / 16;
-  const uint8_t* data = m.data + row * m.row_bytes;
-  const uint8_t* scales = reinterpret_cast<const uint8_t*>(m.scales) + row * groups * 16;
-  const uint8_t* biases = reinterpret_cast<const uint8_t*>(m.biases) + row * groups * 16;
-  for (int64_t i = lane; i < codes + 2 * groups; i += lanes) {
-    const uint8_t* src = i < codes            ? data + i * 16
-                         : i < codes + groups ? scales + (i - codes) * 16
-                                              : biases + (i - codes - groups) * 16;
-    cp_async16(dst + i * 16, src, true);
-  }
-}
-
-// acc[r] = record r · x (staged, E = 32) by a group of `sub` lanes (a power of two; every lane of the
-// warp calls this with the same sub), lane_g taking chunks lane_g, lane_g + sub, ...; complete in
-// every lane of the group.
-template <int R>
-__device__ __forceinline__ void record_dots(const uint8_t* const (&rec)[R], int64_t cols, int group_size,
-                                            const float* xs, int lane_g, int sub, float (&acc)[R]) {
-  constexpr int E = 32;
-  const int chunks = static_cast<int>(cols / E), groups = static_cast<int>(cols / group_size);
-  const ChunkGroup group(group_size, E);
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  for (int c = lane_g; c < chunks; c += sub) {
-    float xv[E];
-    const float4* xp = reinterpret_cast<const float4*>(xs + c * (E + 4));
-#pragma unroll
-    for (int j = 0; j < E / 4; ++j) {
-      const float4 q = xp[j];
-      xv[4 * j] = q.x, xv[4 * j + 1] = q.y, xv[4 * j + 2] = q.z, xv[4 * j + 3] = q.w;
-    }
-    float xsum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < E; ++i) xsum += xv[i];
-    const int g = group.of(c);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint4 w = *reinterpret_cast<const uint4*>(rec[r] + c * 16);
-      const uint16_t* sb = reinterpret_cast<const uint16_t*>(rec[r] + cols / 2);
-      const float dot = chunk_code_dot<WeightFormat::kAffine4>(w, xv, xsum);
-      acc[r] += bf16_to_f32(sb[g]) * dot + bf16_to_f32(sb[groups + g]) * xsum;
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-    for (int o = sub / 2; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(kFullMask, acc[r], o);
 }
 
 // Lanes per row for `chunks` chunks: the whole warp from 32 chunks up, else the largest power of two

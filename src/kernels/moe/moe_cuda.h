@@ -81,16 +81,10 @@ struct MoeDecodeArgs {
   float* act;            // [(k + 1) · I] scratch
   bool q8 = false;       // int8 activations into the experts (needs gemv_q8_fits of every expert matrix)
   bool overlap = false;  // launch_kernel's programmatic dependent launch
-  // One kernel instead of three (moe_single_decode_cuda.cu) where moe_decode_single_fits: 4-bit
-  // experts (the shared one too) all with this group size, f32 activations.
-  bool single_kernel = false;
-  int expert_group_size = 0;
 };
 bool moe_decode_fits(WeightFormat route_format, WeightFormat expert_format, int64_t expert_dim,
                      int64_t shared_dim, int k);
 void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream);
-bool moe_decode_single_fits(const MoeDecodeArgs& a);
-void moe_decode_single(const MoeDecodeArgs& a, cudaStream_t stream);
 
 struct MoeCombine {
   float* hidden;  // [n, H], accumulated into

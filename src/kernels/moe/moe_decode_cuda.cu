@@ -219,7 +219,6 @@ bool moe_decode_fits(WeightFormat route_format, WeightFormat expert_format, int6
 void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
   if (a.E > 32 * kMaxExpertsPerLane || a.k >= 32 || a.k > a.E)
     check(cudaErrorInvalidValue, "moe_decode: expert count");
-  if (a.single_kernel && moe_decode_single_fits(a)) return moe_decode_single(a, stream);
   switch (a.route_format) {
     case WeightFormat::kAffine4:
       launch_router<WeightFormat::kAffine4>(a, stream);
