@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/aligned_buffer.h"
@@ -30,8 +32,15 @@ struct Affine4 {
       std::memcpy(&scales[i], &s, 2);
       std::memcpy(&biases[i], &b, 2);
     }
-    w = WeightMatrix{WeightFormat::kAffine4, rows, cols, data.data(), static_cast<size_t>(cols / 2), scales.data(),
-                     biases.data(), static_cast<size_t>(cols / group) * 2, group};
+    w = WeightMatrix{WeightFormat::kAffine4,
+                     rows,
+                     cols,
+                     data.data(),
+                     static_cast<size_t>(cols / 2),
+                     scales.data(),
+                     biases.data(),
+                     static_cast<size_t>(cols / group) * 2,
+                     group};
   }
 };
 
@@ -46,7 +55,7 @@ TEST(MatmulQ8, KernelsMatchReferenceAndReferenceIsBounded) {
         std::normal_distribution<float> normal(0.0f, 1.0f);
         std::vector<float> x(static_cast<size_t>(cols));
         for (float& v : x) v = normal(rng) * (rng() % 7 == 0 ? 20.0f : 1.0f);  // some outliers
-        if (cols >= 128) std::fill(x.begin() + 64, x.begin() + 128, 0.0f);       // an all-zero block
+        if (cols >= 128) std::fill(x.begin() + 64, x.begin() + 128, 0.0f);     // an all-zero block
         AlignedBuffer<float> storage(q8_activation_floats(cols));
         const Q8Activation act = quantize_activation_q8(x.data(), cols, storage.data());
 
@@ -56,7 +65,8 @@ TEST(MatmulQ8, KernelsMatchReferenceAndReferenceIsBounded) {
         // Against the f32 product, within the activation-rounding bound.
         std::vector<float> exact(static_cast<size_t>(rows)), row(static_cast<size_t>(cols));
         AlignedBuffer<float> scratch(matmul_scratch_floats(cols));
-        MatmulProblem p{&m.w, x.data(), static_cast<size_t>(cols), 1, exact.data(), static_cast<size_t>(rows)};
+        MatmulProblem p{&m.w, x.data(),     static_cast<size_t>(cols),
+                        1,    exact.data(), static_cast<size_t>(rows)};
         matmul_rows_reference(p, 0, rows, scratch.data());
         for (int64_t r = 0; r < rows; ++r) {
           dequantize_row(m.w, r, row.data());
@@ -65,7 +75,8 @@ TEST(MatmulQ8, KernelsMatchReferenceAndReferenceIsBounded) {
             bound += std::fabs(row[static_cast<size_t>(c)]) * act.d[c / 64] / 2;
             mag += std::fabs(row[static_cast<size_t>(c)] * x[static_cast<size_t>(c)]);
           }
-          EXPECT_LE(std::fabs(ref_all[static_cast<size_t>(r)] - exact[static_cast<size_t>(r)]), bound + 1e-5 * mag)
+          EXPECT_LE(std::fabs(ref_all[static_cast<size_t>(r)] - exact[static_cast<size_t>(r)]),
+                    bound + 1e-5 * mag)
               << "rows " << rows << " cols " << cols << " group " << group << " row " << r;
         }
 
@@ -81,11 +92,40 @@ TEST(MatmulQ8, KernelsMatchReferenceAndReferenceIsBounded) {
             }
             double mag = 0;
             dequantize_row(m.w, r, row.data());
-            for (int64_t c = 0; c < cols; ++c) mag += std::fabs(row[static_cast<size_t>(c)] * x[static_cast<size_t>(c)]);
+            for (int64_t c = 0; c < cols; ++c)
+              mag += std::fabs(row[static_cast<size_t>(c)] * x[static_cast<size_t>(c)]);
             EXPECT_NEAR(got[static_cast<size_t>(r)], ref_all[static_cast<size_t>(r)], 1e-5 * mag + 1e-6)
-                << simd_level_name(level) << " rows " << rows << " cols " << cols << " group " << group << " row " << r;
+                << simd_level_name(level) << " rows " << rows << " cols " << cols << " group " << group
+                << " row " << r;
           }
         }
+      }
+    }
+  }
+}
+
+// The SIMD quantizer against the plain one: the same integers and scales (the kernels' integer sums
+// then agree exactly), block sums equal up to the order of the additions.
+TEST(MatmulQ8, QuantizersAgree) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t cols : {64, 128, 192, 320, 2048, 4096 + 64}) {
+    std::vector<float> x(static_cast<size_t>(cols));
+    for (float& v : x) v = normal(rng) * (rng() % 7 == 0 ? 20.0f : 1.0f);
+    if (cols >= 128) std::fill(x.begin() + 64, x.begin() + 128, 0.0f);  // an all-zero block
+    AlignedBuffer<float> want_storage(q8_activation_floats(cols));
+    const Q8Activation want = quantize_activation_q8(x.data(), cols, want_storage.data());
+    for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+      if (static_cast<int>(level) > static_cast<int>(detected_simd_level())) continue;
+      SCOPED_TRACE(std::string(simd_level_name(level)) + " cols " + std::to_string(cols));
+      AlignedBuffer<float> storage(q8_activation_floats(cols));
+      const Q8Activation got = q8_quantizer(level)(x.data(), cols, storage.data());
+      ASSERT_EQ(std::memcmp(got.q, want.q, static_cast<size_t>(cols)), 0);
+      for (int64_t b = 0; b < cols / 64; ++b) {
+        EXPECT_EQ(got.d[b], want.d[b]);
+        double mag = 0;
+        for (int i = 0; i < 64; ++i) mag += std::fabs(x[static_cast<size_t>(b * 64 + i)]);
+        EXPECT_NEAR(got.sum[b], want.sum[b], 1e-6 * mag);
       }
     }
   }
@@ -101,7 +141,8 @@ TEST(MatmulQ8, FastPrecisionPicksTheKernelByShape) {
   std::vector<uint8_t> data8(48 * 256), scales8(48 * 4 * 2, 0), biases8(48 * 4 * 2, 0);
   for (size_t i = 0; i < data8.size(); ++i) data8[i] = static_cast<uint8_t>(i * 37);
   for (size_t i = 1; i < scales8.size(); i += 2) scales8[i] = 0x3c;  // bf16 0.0078
-  const WeightMatrix m8{WeightFormat::kAffine8, 48, 256, data8.data(), 256, scales8.data(), biases8.data(), 8, 64};
+  const WeightMatrix m8{WeightFormat::kAffine8, 48, 256, data8.data(), 256, scales8.data(),
+                        biases8.data(),         8,  64};
   std::vector<float> x(2 * 256);
   std::mt19937_64 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -111,16 +152,20 @@ TEST(MatmulQ8, FastPrecisionPicksTheKernelByShape) {
     matmul({&w, x.data(), 256, n, y.data(), 48}, pool, precision);
     return y;
   };
-  const auto fast1 = run(m4.w, 1, MatmulPrecision::kFastDecode), exact1 = run(m4.w, 1, MatmulPrecision::kExact);
+  const auto fast1 = run(m4.w, 1, MatmulPrecision::kFastDecode),
+             exact1 = run(m4.w, 1, MatmulPrecision::kExact);
   EXPECT_NE(fast1, exact1);
-  for (size_t i = 0; i < fast1.size(); ++i) EXPECT_NEAR(fast1[i], exact1[i], 0.05f * (1 + std::fabs(exact1[i])));
+  for (size_t i = 0; i < fast1.size(); ++i)
+    EXPECT_NEAR(fast1[i], exact1[i], 0.05f * (1 + std::fabs(exact1[i])));
   EXPECT_EQ(run(m8, 1, MatmulPrecision::kFastDecode), run(m8, 1, MatmulPrecision::kExact));
-  const auto pre1 = run(m4.w, 1, MatmulPrecision::kFastPrefill), pre2 = run(m4.w, 2, MatmulPrecision::kFastPrefill);
+  const auto pre1 = run(m4.w, 1, MatmulPrecision::kFastPrefill),
+             pre2 = run(m4.w, 2, MatmulPrecision::kFastPrefill);
   const auto exact2 = run(m4.w, 2, MatmulPrecision::kExact);
   if (detected_simd_level() == SimdLevel::kAvx512) {
     EXPECT_NE(pre2, exact2);
   }
-  for (size_t i = 0; i < pre2.size(); ++i) EXPECT_NEAR(pre2[i], exact2[i], 0.02f * (1 + std::fabs(exact2[i])));
+  for (size_t i = 0; i < pre2.size(); ++i)
+    EXPECT_NEAR(pre2[i], exact2[i], 0.02f * (1 + std::fabs(exact2[i])));
   EXPECT_TRUE(std::equal(pre1.begin(), pre1.end(), pre2.begin())) << "row 0 must not depend on row 1";
 }
 

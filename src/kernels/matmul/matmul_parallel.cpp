@@ -42,7 +42,8 @@ struct PreparedInputs {
   template <typename Prepare>
   int get(const MatmulProblem& p, size_t floats, Prepare prepare) {
     for (size_t i = 0; i < used; ++i)
-      if (entries[i].x == p.x && entries[i].n == p.n && entries[i].cols == p.w->cols) return static_cast<int>(i);
+      if (entries[i].x == p.x && entries[i].n == p.n && entries[i].cols == p.w->cols)
+        return static_cast<int>(i);
     if (used == entries.size()) entries.emplace_back();
     Entry& e = entries[used];
     e.storage.reserve(floats);
@@ -58,20 +59,30 @@ struct PreparedInputs {
 
 MatmulRowsFn matmul_kernel(SimdLevel level) {
   switch (level) {
-    case SimdLevel::kAvx512: return matmul_rows_avx512;
-    case SimdLevel::kAvx2: return matmul_rows_avx2;
-    case SimdLevel::kScalar: break;
+    case SimdLevel::kAvx512:
+      return matmul_rows_avx512;
+    case SimdLevel::kAvx2:
+      return matmul_rows_avx2;
+    case SimdLevel::kScalar:
+      break;
   }
   return matmul_rows_reference;
 }
 
 Q8RowsFn matmul_q8_kernel(SimdLevel level) {
   switch (level) {
-    case SimdLevel::kAvx512: return matmul_q8_rows_avx512;
-    case SimdLevel::kAvx2: return matmul_q8_rows_avx2;
-    case SimdLevel::kScalar: break;
+    case SimdLevel::kAvx512:
+      return matmul_q8_rows_avx512;
+    case SimdLevel::kAvx2:
+      return matmul_q8_rows_avx2;
+    case SimdLevel::kScalar:
+      break;
   }
   return matmul_q8_rows_reference;
+}
+
+Q8QuantizeFn q8_quantizer(SimdLevel level) {
+  return level == SimdLevel::kAvx512 ? quantize_activation_q8_avx512 : quantize_activation_q8;
 }
 
 void matmul(const MatmulProblem& p, ThreadPool& pool, MatmulPrecision precision) {
@@ -82,12 +93,13 @@ void matmul_batch(std::span<const MatmulProblem> problems, ThreadPool& pool, Mat
   const SimdLevel level = active_simd_level();
   const MatmulRowsFn kernel = matmul_kernel(level);
   const Q8RowsFn q8_kernel = matmul_q8_kernel(level);
+  const Q8QuantizeFn quantize = q8_quantizer(level);
   int64_t total_rows = 0;
   for (const auto& p : problems) total_rows += p.n > 0 ? p.w->rows : 0;
   if (total_rows == 0) return;
   // About four blocks per thread for balance, never below one decoded tile.
-  const int64_t target = std::max<int64_t>(kMatmulTileRows, total_rows / (4 * pool.size()) / kMatmulTileRows *
-                                                                kMatmulTileRows);
+  const int64_t target =
+      std::max<int64_t>(kMatmulTileRows, total_rows / (4 * pool.size()) / kMatmulTileRows * kMatmulTileRows);
   // Per calling thread, reused across calls; the tasks below reach them through these references
   // (a thread_local named inside the lambda would be the worker's own, empty instance).
   thread_local PreparedInputs<Q8Activation> q8_storage;
@@ -105,7 +117,7 @@ void matmul_batch(std::span<const MatmulProblem> problems, ThreadPool& pool, Mat
     if (precision == MatmulPrecision::kFastDecode && p.n == 1 && q8_supported(*p.w)) {
       path = Path::kQ8;
       input = q8_inputs.get(p, q8_activation_floats(p.w->cols),
-                            [&](float* storage) { return quantize_activation_q8(p.x, p.w->cols, storage); });
+                            [&](float* storage) { return quantize(p.x, p.w->cols, storage); });
     } else if (precision == MatmulPrecision::kFastPrefill && level == SimdLevel::kAvx512) {
       path = Path::kBF16;
       const int64_t stride = bf16_row_stride(p.w->cols);
@@ -122,12 +134,16 @@ void matmul_batch(std::span<const MatmulProblem> problems, ThreadPool& pool, Mat
     const RowBlock& b = blocks[i];
     const size_t in = static_cast<size_t>(b.input);
     switch (b.path) {
-      case Path::kQ8: q8_kernel(*b.problem->w, q8_inputs.entries[in].view, b.problem->y, b.begin, b.end); break;
+      case Path::kQ8:
+        q8_kernel(*b.problem->w, q8_inputs.entries[in].view, b.problem->y, b.begin, b.end);
+        break;
       case Path::kBF16:
         matmul_rows_bf16_avx512(*b.problem, bf16_inputs.entries[in].view, b.begin, b.end,
                                 thread_scratch(b.problem->w->cols));
         break;
-      case Path::kF32: kernel(*b.problem, b.begin, b.end, thread_scratch(b.problem->w->cols)); break;
+      case Path::kF32:
+        kernel(*b.problem, b.begin, b.end, thread_scratch(b.problem->w->cols));
+        break;
     }
   });
 }

@@ -22,6 +22,7 @@ enum class MatmulPrecision { kExact, kFastDecode, kFastPrefill };
 
 MatmulRowsFn matmul_kernel(SimdLevel level);
 Q8RowsFn matmul_q8_kernel(SimdLevel level);
+Q8QuantizeFn q8_quantizer(SimdLevel level);
 
 // One problem, rows split across the pool.
 void matmul(const MatmulProblem& p, ThreadPool& pool, MatmulPrecision precision = MatmulPrecision::kExact);

@@ -1,7 +1,8 @@
 // AVX-512 VNNI int8-activation matvec over MLX 4-bit rows (see matmul_q8.h for the layout).
 // Four rows at a time share each activation load; per pair of 64-element blocks: one 64-byte weight
 // load, nibble split, two vpdpbusd, one int->float convert and one FMA with the blocks' combined
-// scales (weight scale x activation scale). Checked against matmul_q8_rows_reference.
+// scales (weight scale x activation scale). Checked against matmul_q8_rows_reference; the quantizer
+// at the end against quantize_activation_q8.
 #include <immintrin.h>
 
 #include "kernels/matmul/matmul_q8.h"
@@ -19,14 +20,17 @@ inline __m512 bf16x16(const uint8_t* p, __mmask16 m) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
 
-inline __mmask16 first(int64_t n) { return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1); }
+inline __mmask16 first(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
+}
 
 // sd[b] = weight scale of block b's group * activation scale d[b], for one row's n_blocks blocks.
 void block_scales(const uint8_t* scales, int group_size, const float* d, int64_t n_blocks, float* sd) {
   if (group_size == 64) {
     for (int64_t b = 0; b < n_blocks; b += 16) {
       const __mmask16 m = first(n_blocks - b);
-      _mm512_mask_storeu_ps(sd + b, m, _mm512_mul_ps(bf16x16(scales + 2 * b, m), _mm512_maskz_loadu_ps(m, d + b)));
+      _mm512_mask_storeu_ps(sd + b, m,
+                            _mm512_mul_ps(bf16x16(scales + 2 * b, m), _mm512_maskz_loadu_ps(m, d + b)));
     }
     return;
   }
@@ -58,7 +62,8 @@ inline __m512 pair_fma(const uint8_t* w, const __m512i xe, const __m512i xo, con
   const __m512i lo = _mm512_and_si512(v, mask);
   const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
   const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe), hi, xo);
-  const __m512 scale = _mm512_mask_broadcastss_ps(_mm512_set1_ps(sd[0]), static_cast<__mmask16>(0xFF00), _mm_load_ss(sd + 1));
+  const __m512 scale =
+      _mm512_mask_broadcastss_ps(_mm512_set1_ps(sd[0]), static_cast<__mmask16>(0xFF00), _mm_load_ss(sd + 1));
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
 }
 
@@ -105,7 +110,8 @@ void matmul_q8_rows_avx512(const WeightMatrix& w, const Q8Activation& x, float* 
       for (int64_t p = c0 / 2; p < p_end; ++p) {
         const __m512i xe = _mm512_load_si512(x.q + p * 128);
         const __m512i xo = _mm512_load_si512(x.q + p * 128 + 64);
-        for (int i = 0; i < kRows; ++i) acc[i] = pair_fma(wr[i] + p * 64, xe, xo, sd[i] + (2 * p - c0), acc[i]);
+        for (int i = 0; i < kRows; ++i)
+          acc[i] = pair_fma(wr[i] + p * 64, xe, xo, sd[i] + (2 * p - c0), acc[i]);
       }
       if (n_blocks % 2 == 1 && c0 + nb == n_blocks) {
         const int64_t b = n_blocks - 1;
@@ -117,6 +123,44 @@ void matmul_q8_rows_avx512(const WeightMatrix& w, const Q8Activation& x, float* 
       y[r + i] = _mm512_reduce_add_ps(acc[i]) + tail[i] + bias_term(bias, w.group_size, x.sum, n_blocks);
     }
   }
+}
+
+// Per 64-element block: four loads, |x| max and sum by reduction, one multiply and a round-to-nearest-
+// even conversion per 16 values (as lrint), the even and odd elements gathered with two-source
+// permutes, then narrowed to int8 (values are within ±127, so the saturation never acts).
+Q8Activation quantize_activation_q8_avx512(const float* x, int64_t cols, float* storage) {
+  const int64_t n_blocks = cols / 64;
+  auto* q = reinterpret_cast<int8_t*>(storage);
+  float* d = storage + cols / 4;
+  float* sum = d + n_blocks;
+  const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd_idx = _mm512_add_epi32(even_idx, _mm512_set1_epi32(1));
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const float* xb = x + b * 64;
+    const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16), v2 = _mm512_loadu_ps(xb + 32),
+                 v3 = _mm512_loadu_ps(xb + 48);
+    const float amax =
+        _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)),
+                                           _mm512_max_ps(_mm512_abs_ps(v2), _mm512_abs_ps(v3))));
+    d[b] = amax / 127.0f;
+    sum[b] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(v0, v1), _mm512_add_ps(v2, v3)));
+    const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)),
+                  i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv)),
+                  i2 = _mm512_cvtps_epi32(_mm512_mul_ps(v2, inv)),
+                  i3 = _mm512_cvtps_epi32(_mm512_mul_ps(v3, inv));
+    int8_t* even = q + q8_half_offset(b, n_blocks, false);
+    int8_t* odd = q + q8_half_offset(b, n_blocks, true);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(even),
+                     _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(i0, even_idx, i1)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(even + 16),
+                     _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(i2, even_idx, i3)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(odd),
+                     _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(i0, odd_idx, i1)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(odd + 16),
+                     _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(i2, odd_idx, i3)));
+  }
+  return Q8Activation{q, d, sum, cols};
 }
 
 }  // namespace qwick

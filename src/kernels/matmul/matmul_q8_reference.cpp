@@ -6,18 +6,6 @@
 #include "kernels/matmul/matmul_q8.h"
 
 namespace qwick {
-namespace {
-
-// Offset in the prepared layout of block b's even (odd = false) or odd half.
-size_t half_offset(int64_t b, int64_t n_blocks, bool odd) {
-  if (b % 2 == 1 || b + 1 < n_blocks) {  // part of a pair
-    const size_t pair = static_cast<size_t>(b / 2) * 128;
-    return pair + (odd ? 64 : 0) + (b % 2 == 1 ? 32 : 0);
-  }
-  return static_cast<size_t>(b) * 64 + (odd ? 32 : 0);  // the lone last block
-}
-
-}  // namespace
 
 Q8Activation quantize_activation_q8(const float* x, int64_t cols, float* storage) {
   const int64_t n_blocks = cols / 64;
@@ -34,8 +22,8 @@ Q8Activation quantize_activation_q8(const float* x, int64_t cols, float* storage
     d[b] = amax / 127.0f;
     sum[b] = s;
     const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int8_t* even = q + half_offset(b, n_blocks, false);
-    int8_t* odd = q + half_offset(b, n_blocks, true);
+    int8_t* even = q + q8_half_offset(b, n_blocks, false);
+    int8_t* odd = q + q8_half_offset(b, n_blocks, true);
     // lrint rounds half to even in the default mode.
     for (int j = 0; j < 32; ++j) {
       even[j] = static_cast<int8_t>(std::lrint(xb[2 * j] * inv));
@@ -54,8 +42,8 @@ void matmul_q8_rows_reference(const WeightMatrix& w, const Q8Activation& x, floa
     const uint8_t* bp = w.biases + static_cast<size_t>(r) * w.group_stride;
     float acc = 0.0f;
     for (int64_t b = 0; b < n_blocks; ++b) {
-      const int8_t* even = x.q + half_offset(b, n_blocks, false);
-      const int8_t* odd = x.q + half_offset(b, n_blocks, true);
+      const int8_t* even = x.q + q8_half_offset(b, n_blocks, false);
+      const int8_t* odd = x.q + q8_half_offset(b, n_blocks, true);
       int32_t dot = 0;
       for (int j = 0; j < 32; ++j) {
         const uint8_t byte = row[b * 32 + j];
