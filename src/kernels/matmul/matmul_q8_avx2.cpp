@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include "kernels/matmul/matmul_q8.h"
+#include "kernels/matmul/prefetch_rows.h"
 
 namespace qwick {
 namespace {
@@ -32,18 +33,21 @@ inline __m256 block_fma(const uint8_t* w, const int8_t* xe, const int8_t* xo, fl
   const __m256i mask = _mm256_set1_epi8(0x0F);
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
   const __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-  const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe))),
-                                       _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xo))));
+  const __m256i s16 =
+      _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe))),
+                       _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xo))));
   const __m256i dot = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc);
 }
 
 }  // namespace
 
-void matmul_q8_rows_avx2(const WeightMatrix& w, const Q8Activation& x, float* y, int64_t row_begin, int64_t row_end) {
+void matmul_q8_rows_avx2(const WeightMatrix& w, const Q8Activation& x, float* y, int64_t row_begin,
+                         int64_t row_end) {
   const int64_t n_blocks = w.cols / 64, per = w.group_size / 64;
   for (int64_t r = row_begin; r < row_end; r += 2) {
     const bool two = r + 1 < row_end;
+    if (r + 4 <= row_end) prefetch_rows(w, r + 2, 2);
     const uint8_t* w0 = w.data + static_cast<size_t>(r) * w.row_stride;
     const uint8_t* w1 = two ? w0 + w.row_stride : w0;
     const uint8_t* s0 = w.scales + static_cast<size_t>(r) * w.group_stride;

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include "kernels/matmul/matmul_q8.h"
+#include "kernels/matmul/prefetch_rows.h"
 
 namespace qwick {
 namespace {
@@ -97,6 +98,7 @@ void matmul_q8_rows_avx512(const WeightMatrix& w, const Q8Activation& x, float* 
       wr[i] = w.data + static_cast<size_t>(row) * w.row_stride;
       sr[i] = w.scales + static_cast<size_t>(row) * w.group_stride;
     }
+    if (r + 2 * kRows <= row_end) prefetch_rows(w, r + kRows, kRows);
     __m512 acc[kRows];
     float tail[kRows];
     for (int i = 0; i < kRows; ++i) {
