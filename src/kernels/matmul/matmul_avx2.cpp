@@ -5,11 +5,14 @@
 #include <immintrin.h>
 
 #include "kernels/matmul/matmul.h"
+#include "kernels/matmul/prefetch_rows.h"
 
 namespace qwick {
 namespace {
 
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
 
 inline float bf16_scalar(const uint8_t* p) {
   const unsigned bits = static_cast<unsigned>(p[0]) << 16 | static_cast<unsigned>(p[1]) << 24;
@@ -80,11 +83,13 @@ void decode_row(const WeightMatrix& w, int64_t r, float* out, int64_t kp) {
       break;
     case WeightFormat::kF16:
       for (; c + 8 <= K; c += 8)
-        _mm256_store_ps(out + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c))));
+        _mm256_store_ps(out + c,
+                        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c))));
       for (; c < K; ++c) out[c] = f16_scalar(row + 2 * c);
       break;
     case WeightFormat::kF32:
-      for (; c + 8 <= K; c += 8) _mm256_store_ps(out + c, _mm256_loadu_ps(reinterpret_cast<const float*>(row + 4 * c)));
+      for (; c + 8 <= K; c += 8)
+        _mm256_store_ps(out + c, _mm256_loadu_ps(reinterpret_cast<const float*>(row + 4 * c)));
       for (; c < K; ++c) out[c] = _mm_cvtss_f32(_mm_load_ss(reinterpret_cast<const float*>(row + 4 * c)));
       break;
   }
@@ -127,19 +132,20 @@ void matmul_rows_avx2(const MatmulProblem& p, int64_t row_begin, int64_t row_end
   const int64_t kp = (K + 15) / 16 * 16;
   for (int64_t r0 = row_begin; r0 < row_end; r0 += kMatmulTileRows) {
     const int64_t nrows = min64(kMatmulTileRows, row_end - r0);
+    if (r0 + nrows < row_end) prefetch_rows(w, r0 + nrows, min64(kMatmulTileRows, row_end - r0 - nrows));
     for (int64_t i = 0; i < nrows; ++i) decode_row(w, r0 + i, scratch + i * kp, kp);
     size_t t = 0;
     for (; t + 2 <= p.n; t += 2) {
       const float* x = p.x + t * p.ldx;
       for (int64_t i = 0; i < nrows; i += 4)
-        tile_kernel<2>(scratch + i * kp, kp, K, x, p.ldx, p.y + t * p.ldy + static_cast<size_t>(r0 + i), p.ldy,
-                       static_cast<int>(min64(4, nrows - i)));
+        tile_kernel<2>(scratch + i * kp, kp, K, x, p.ldx, p.y + t * p.ldy + static_cast<size_t>(r0 + i),
+                       p.ldy, static_cast<int>(min64(4, nrows - i)));
     }
     for (; t < p.n; ++t) {
       const float* x = p.x + t * p.ldx;
       for (int64_t i = 0; i < nrows; i += 4)
-        tile_kernel<1>(scratch + i * kp, kp, K, x, p.ldx, p.y + t * p.ldy + static_cast<size_t>(r0 + i), p.ldy,
-                       static_cast<int>(min64(4, nrows - i)));
+        tile_kernel<1>(scratch + i * kp, kp, K, x, p.ldx, p.y + t * p.ldy + static_cast<size_t>(r0 + i),
+                       p.ldy, static_cast<int>(min64(4, nrows - i)));
     }
   }
 }
