@@ -88,14 +88,7 @@ else
   t=$(stamp)
   $q make-model --preset qwen3.6-35b-a3b "$model" 2>&1 | tail -1
   note "make-model (19.5 GB): $(elapsed "$t") s"
-  python3 - <<'PY'
-import json, random, struct
-random.seed(0)
-ids = [random.randrange(0, 248044) for _ in range(300)]
-header = json.dumps({"tokens": {"dtype": "I32", "shape": [300], "data_offsets": [0, 1200]}}).encode()
-header += b" " * ((8 - len(header) % 8) % 8)
-open("/tmp/tokens.safetensors", "wb").write(struct.pack("<Q", len(header)) + header + struct.pack("<300i", *ids))
-PY
+  python3 "$(dirname "$0")/eval_tokens.py" /tmp/tokens.safetensors
   if [[ "${QWICK_SKIP_EVALS:-0}" != 1 ]]; then
     t=$(stamp)
     result=$(timeout 300 $q eval -m $model --device cpu --tokens /tmp/tokens.safetensors --out /tmp/cpu_logits.safetensors 2>&1 | tail -1)

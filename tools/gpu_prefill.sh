@@ -35,14 +35,7 @@ t=$(stamp)
 echo "make-model rc=$? ($(($(stamp) - t)) s)"
 
 if [[ "${QWICK_EVALS:-0}" == 1 ]]; then  # CUDA vs CPU logits over 300 positions, as gpu_check.sh full
-  python3 - <<'PY'
-import json, random, struct
-random.seed(0)
-ids = [random.randrange(0, 248044) for _ in range(300)]
-header = json.dumps({"tokens": {"dtype": "I32", "shape": [300], "data_offsets": [0, 1200]}}).encode()
-header += b" " * ((8 - len(header) % 8) % 8)
-open("/tmp/tokens.safetensors", "wb").write(struct.pack("<Q", len(header)) + header + struct.pack("<300i", *ids))
-PY
+  python3 "$(dirname "$0")/eval_tokens.py" /tmp/tokens.safetensors
   t=$(stamp)
   echo "cpu: $(timeout 300 "$bin/qwick" eval -m $model --device cpu --tokens /tmp/tokens.safetensors \
     --out /tmp/cpu_logits.safetensors 2>&1 | tail -1) ($(($(stamp) - t)) s)"
