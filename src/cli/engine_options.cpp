@@ -25,7 +25,7 @@ void EngineOptions::add_to(ArgParser& p) {
          &exact, "QWICK_EXACT");
   p.option({"--cuda-off"}, "LIST",
            "CUDA optimizations to switch off for ablations, comma separated: graph, fusion, overlap, "
-           "decode-attention (decode); "
+           "decode-attention, gemv-rows (decode); "
            "gemm, conv, router, attention-pipeline, attention, chunked-scan (prefill)",
            &cuda_off, "QWICK_CUDA_OFF");
   p.flag({"--cuda-int8"},

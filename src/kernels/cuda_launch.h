@@ -13,6 +13,9 @@ namespace qwick::cuda {
 void check(cudaError_t status, const char* what);
 // After a launch: throws if the launch itself failed (bad configuration, no device, ...).
 void check_launch(const char* kernel);
+// Throws for a failed launch_kernel: the error, the configuration and what the kernel needs.
+[[noreturn]] void fail_launch(cudaError_t status, const char* kernel, const void* func, dim3 grid, dim3 block,
+                              size_t smem);
 
 // kernel<<<grid, block, smem, stream>>>(args...); with `overlap`, as a programmatic dependent launch:
 // the kernel may start while the previous kernel on the stream still runs, so it must call
@@ -31,8 +34,13 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = overlap ? 1 : 0;
-  check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), name);
+  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (status != cudaSuccess)
+    fail_launch(status, name, reinterpret_cast<const void*>(kernel), grid, block, smem);
 }
+
+// Multiprocessors of the current device (asked once per process: the engine uses one device).
+int multiprocessor_count();
 
 inline unsigned blocks_for(long long n, int per_block) {
   return static_cast<unsigned>((n + per_block - 1) / per_block);

@@ -36,13 +36,15 @@ struct RunSpec {
   bool fusion = true, overlap = true;
   bool int8 = false;  // int8 decode activations against 4-bit weights (device_int8, not exact)
   bool chunked_scan = true;
+  bool gemv_rows = true;
 };
 
 std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& tokens, const RunSpec& run) {
   BackendOptions opt;
   opt.max_context = 4096;
-  for (auto [on, lever] : {std::pair{run.graphs, "graph"}, std::pair{run.fusion, "fusion"},
-                           std::pair{run.overlap, "overlap"}, std::pair{run.chunked_scan, "chunked-scan"}})
+  for (auto [on, lever] :
+       {std::pair{run.graphs, "graph"}, std::pair{run.fusion, "fusion"}, std::pair{run.overlap, "overlap"},
+        std::pair{run.chunked_scan, "chunked-scan"}, std::pair{run.gemv_rows, "gemv-rows"}})
     if (!on) opt.cuda_off += std::string(opt.cuda_off.empty() ? "" : ",") + lever;
   opt.threads = 4;
   opt.exact = !run.int8;  // by default the f32 reference numerics, not the int8/bf16 fast paths
@@ -174,11 +176,13 @@ TEST(CudaBackend, DecodeLeversKeepTheLogits) {
     const auto model = load_model(test::fixture(dir));
     const Fixture fx(std::string(dir).substr(0, std::string(dir).find('/')));
     RunSpec all{512, 10};
-    RunSpec no_overlap = all, unfused = all;
+    RunSpec no_overlap = all, unfused = all, four_rows = all;
     no_overlap.overlap = false;
     unfused.fusion = false;
+    four_rows.gemv_rows = false;  // each row's dot is summed in the same order whatever the rows per group
     const auto a = logits_of(*model, fx.tokens, all);
     EXPECT_EQ(a, logits_of(*model, fx.tokens, no_overlap));
+    EXPECT_EQ(a, logits_of(*model, fx.tokens, four_rows));
     EXPECT_LT(rel_err(a, logits_of(*model, fx.tokens, unfused)), 1e-4);
     RunSpec q8 = all;
     q8.int8 = true;

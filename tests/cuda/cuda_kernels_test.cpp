@@ -1020,14 +1020,17 @@ struct SampleRun {
 SampleRun sample_many(const std::vector<float>& logits, const cuda::SamplingState& st, int draws) {
   DeviceArray<float> dl(logits);
   DeviceArray<cuda::SamplingState> state(std::vector<cuda::SamplingState>{st});
-  DeviceArray<int32_t> token(1), pos(std::vector<int32_t>{0});
+  DeviceArray<int32_t> token(1), pos(std::vector<int32_t>{0}), counter(std::vector<int32_t>{0});
+  DeviceArray<cuda::SamplePartial> partials(cuda::kSampleMaxBlocks);
   SampleRun r;
   for (int i = 0; i < draws; ++i) {
     token.poison();
-    cuda::sample_token(
-        {dl.data(), static_cast<int64_t>(logits.size()), state.data(), token.data(), pos.data()}, nullptr);
+    cuda::sample_token({dl.data(), static_cast<int64_t>(logits.size()), state.data(), token.data(),
+                        pos.data(), partials.data(), counter.data()},
+                       nullptr);
     r.tokens.push_back(token.download()[0]);
   }
+  EXPECT_EQ(counter.download()[0], 0) << "the last block resets the count";
   r.position = pos.download()[0];
   r.draws = state.download()[0].draws;
   return r;

@@ -52,7 +52,9 @@ struct DecodeScratch {
   int32_t* route_counter;                           // [1] the fused router's block count (moe_decode)
   int32_t *ids, *gate_up_index, *down_index;
   float *weights, *gate_up, *act, *down;
-  float* logits;  // [V]
+  float* logits;                   // [V]
+  SamplePartial* sample_partials;  // [kSampleMaxBlocks] the sampler's first pass
+  int32_t* sample_counter;         // [1] its block count
 };
 
 // Buffers of one prefill chunk of up to `rows` rows.
@@ -234,6 +236,8 @@ class CudaBackend final : public Backend {
         overlap_ = false;
       else if (name == "decode-attention")
         decode_attention_mma_ = false;
+      else if (name == "gemv-rows")
+        adapt_gemv_rows_ = false;
       else if (name == "gemm")
         pipelined_gemm_ = false;
       else if (name == "conv")
@@ -248,7 +252,7 @@ class CudaBackend final : public Backend {
         chunked_scan_ = false;
       else if (!name.empty())
         fail(
-            "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, "
+            "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, gemv-rows, "
             "gemm, conv, router, attention-pipeline, attention, chunked-scan)",
             name);
       begin = end + 1;
@@ -358,6 +362,8 @@ class CudaBackend final : public Backend {
       d_.act = c.take<float>(u((k + 1) * imax()));
       d_.down = c.take<float>(u((k + 1) * H));
       d_.logits = c.take<float>(u(cfg_.vocab_size));
+      d_.sample_partials = c.take<SamplePartial>(kSampleMaxBlocks);
+      d_.sample_counter = c.take<int32_t>(1);
     };
     Carver sizing(nullptr);
     carve(sizing);
@@ -365,6 +371,7 @@ class CudaBackend final : public Backend {
     Carver real(decode_buf_.data());
     carve(real);
     check(cudaMemsetAsync(d_.route_counter, 0, sizeof(int32_t), stream_), "route counter");
+    check(cudaMemsetAsync(d_.sample_counter, 0, sizeof(int32_t), stream_), "sample counter");
     check(cudaMemcpyAsync(d_.sampling, &sampling_, sizeof sampling_, cudaMemcpyHostToDevice, stream_),
           "sampling");
     sync();
@@ -455,6 +462,7 @@ class CudaBackend final : public Backend {
   GemvArgs gemv_args(const DeviceMatrix& m) const {
     GemvArgs a;
     a.overlap = overlap_;
+    a.adapt_rows = adapt_gemv_rows_;
     a.single = m;
     a.format = m.format;
     a.max_rows = m.rows;
@@ -503,6 +511,7 @@ class CudaBackend final : public Backend {
     }
     GemvArgs a;
     a.overlap = overlap_;
+    a.adapt_rows = adapt_gemv_rows_;
     a.table = table;
     a.problems = static_cast<int>(mats.size());
     a.format = first.format;
@@ -603,7 +612,9 @@ class CudaBackend final : public Backend {
     const float* final_norm = fused_norm(weights_.final_norm);
     if (!final_norm) rms_norm_rows(d_.x, 1, H, weights_.final_norm, eps, d_.normed, nullptr, stream_);
     gemv_one(weights_.lm_head, final_norm ? d_.x : d_.normed, d_.logits, false, final_norm);
-    sample_token(SampleArgs{d_.logits, cfg_.vocab_size, d_.sampling, d_.token, d_.position}, stream_);
+    sample_token(SampleArgs{d_.logits, cfg_.vocab_size, d_.sampling, d_.token, d_.position,
+                            d_.sample_partials, d_.sample_counter},
+                 stream_);
   }
 
   // The norm weight when the projections fuse it (they then read the residual d_.x), else null (an
@@ -679,7 +690,7 @@ class CudaBackend final : public Backend {
     deltanet_scan({d_.conv, 0, d_.beta, d_.decay, 1, cfg_.lin_n_k_heads, cfg_.lin_n_v_heads, cfg_.lin_k_dim,
                    cfg_.lin_v_dim, rec_state, d_.dn_out, 0},
                   stream_);
-    if (fuse_) {
+    if (fuse_ && cfg_.lin_v_dim <= kGemvGatedNormMaxHead) {
       // out_proj · gated_norm(o, z): the per-head norm and the gate applied as the gemv reads o.
       GemvArgs a = gemv_args(w.out);
       a.x = d_.dn_out;
@@ -736,6 +747,7 @@ class CudaBackend final : public Backend {
                             w.shared_down.format == w.expert_format;
     GemvArgs gu;
     gu.overlap = overlap_;
+    gu.adapt_rows = adapt_gemv_rows_;
     gu.table = w.experts;
     gu.index = d_.gate_up_index;
     gu.problems = static_cast<int>(shared_too ? 2 * k + 2 : 2 * k);
@@ -755,6 +767,7 @@ class CudaBackend final : public Backend {
            d_.act + k * Im, Im, false, stream_);
     GemvArgs dn;
     dn.overlap = overlap_;
+    dn.adapt_rows = adapt_gemv_rows_;
     dn.table = w.experts;
     dn.index = d_.down_index;
     dn.problems = static_cast<int>(shared_too ? k + 1 : k);
@@ -1016,8 +1029,9 @@ class CudaBackend final : public Backend {
   // BackendOptions::cuda_off
   bool use_graph_ = true, fuse_ = true, overlap_ = true;  // decode
   bool decode_attention_mma_ = true;
-  int attention_splits_ = 1;    // decode attention: context ranges per kv head
-  bool pipelined_gemm_ = true;  // prefill
+  bool adapt_gemv_rows_ = true;  // GemvArgs::adapt_rows
+  int attention_splits_ = 1;     // decode attention: context ranges per kv head
+  bool pipelined_gemm_ = true;   // prefill
   bool row_parallel_conv_ = true;
   bool router_gemm_ = true;
   bool chunked_scan_ = true;

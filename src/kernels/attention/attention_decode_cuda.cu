@@ -241,10 +241,7 @@ void launch_mma(const AttentionDecodeArgs& a, cudaStream_t stream) {
 }  // namespace
 
 int attention_decode_splits(int n_kv_heads) {
-  int device = 0, sms = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
-  return std::max(1, std::min(kMaxSplits, sms / std::max(1, n_kv_heads)));
+  return std::max(1, std::min(kMaxSplits, multiprocessor_count() / std::max(1, n_kv_heads)));
 }
 
 void attention_decode(const AttentionDecodeArgs& a, cudaStream_t stream) {

@@ -320,12 +320,7 @@ void gemm_pipelined(const GemmArgs& a, cudaStream_t stream) {
   // that still gives two blocks per SM, else 64-row ones (twice the blocks: short chunks and narrow
   // matrices would otherwise leave most SMs idle).
   static_assert(kGemmTileRows == 64, "the grouped path uses 64-row tiles");
-  static const int sms = [] {
-    int device = 0, count = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
-    return count;
-  }();
+  const int sms = multiprocessor_count();
   if (a.tiles) {
     if (a.max_tiles > 0) launch_format<64>(a, static_cast<unsigned>(a.max_tiles), stream);
   } else if (a.n > 0) {

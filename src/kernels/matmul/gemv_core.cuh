@@ -62,36 +62,81 @@ __device__ __forceinline__ int64_t staged_at(int64_t i) {
 }
 
 // Each stage_* is run by threads [tid, nthreads) of the caller's choice (a block or a warp), n a
-// multiple of 4; the caller synchronises those threads before reading `s`.
-template <int E>
+// multiple of 4; the caller synchronises those threads before reading `s`. Each reads a batch of its
+// inputs into registers before storing any: a store to `s` between two loads would order them (the
+// compiler cannot rule out aliasing), making each batch element a round trip to L2 of its own. (A
+// kernel short of registers passes a smaller batch.)
+template <int E, int kBatch = 4>
 __device__ __forceinline__ void stage_plain(const float* x, int64_t n, float* s, int tid, int nthreads) {
-  for (int64_t i = 4 * tid; i < n; i += 4 * nthreads)
-    *reinterpret_cast<float4*>(s + staged_at<E>(i)) = *reinterpret_cast<const float4*>(x + i);
+  const int64_t stride = 4 * static_cast<int64_t>(nthreads);
+  for (int64_t i0 = 4 * tid; i0 < n; i0 += kBatch * stride) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (i0 + b * stride < n) v[b] = *reinterpret_cast<const float4*>(x + i0 + b * stride);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (i0 + b * stride < n) *reinterpret_cast<float4*>(s + staged_at<E>(i0 + b * stride)) = v[b];
+  }
 }
 
 // The whole block; returns the RMSNorm factor (to every thread). scratch: 32 floats of shared memory.
-template <int E>
+template <int E, int kBatch = 2>  // 2: the 2048 inputs of the real model in one batch at 256 threads
 __device__ __forceinline__ float stage_norm(const float* x, const float* w, float eps, int64_t n, float* s,
                                             float* scratch) {
+  const int64_t stride = 4 * static_cast<int64_t>(blockDim.x);
   float sumsq = 0.0f;
-  for (int64_t i = 4 * threadIdx.x; i < n; i += 4 * blockDim.x) {
-    const float4 v = *reinterpret_cast<const float4*>(x + i), g = *reinterpret_cast<const float4*>(w + i);
-    sumsq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    *reinterpret_cast<float4*>(s + staged_at<E>(i)) = make_float4(v.x * g.x, v.y * g.y, v.z * g.z, v.w * g.w);
+  for (int64_t i0 = 4 * threadIdx.x; i0 < n; i0 += kBatch * stride) {
+    float4 v[kBatch], g[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (i0 + b * stride < n)
+        v[b] = *reinterpret_cast<const float4*>(x + i0 + b * stride),
+        g[b] = *reinterpret_cast<const float4*>(w + i0 + b * stride);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (i0 + b * stride >= n) continue;
+      sumsq += v[b].x * v[b].x + v[b].y * v[b].y + v[b].z * v[b].z + v[b].w * v[b].w;
+      *reinterpret_cast<float4*>(s + staged_at<E>(i0 + b * stride)) =
+          make_float4(v[b].x * g[b].x, v[b].y * g[b].y, v[b].z * g[b].z, v[b].w * g[b].w);
+    }
   }
   return rsqrtf(block_sum(sumsq, scratch) / static_cast<float>(n) + eps);
 }
 
-// The whole block, a warp per head.
+// The whole block, a warp per head of D <= kGemvGatedNormMaxHead values, two heads per batch.
 template <int E>
 __device__ __forceinline__ void stage_gated_norm(const float* x, const float* z, const float* w, float eps,
                                                  int D, int64_t n, float* s) {
+  constexpr int kPerLane = kGemvGatedNormMaxHead / 32, kBatch = 2;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (int64_t h0 = static_cast<int64_t>(warp) * D; h0 < n; h0 += static_cast<int64_t>(warps) * D) {
-    float ss = 0.0f;
-    for (int d = lane; d < D; d += 32) ss += x[h0 + d] * x[h0 + d];
-    const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
-    for (int d = lane; d < D; d += 32) s[staged_at<E>(h0 + d)] = w[d] * (x[h0 + d] * inv) * siluf_(z[h0 + d]);
+  const int64_t stride = static_cast<int64_t>(warps) * D;  // between a warp's heads
+  float wv[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) wv[i] = lane + 32 * i < D ? w[lane + 32 * i] : 0.0f;
+  for (int64_t h0 = static_cast<int64_t>(warp) * D; h0 < n; h0 += kBatch * stride) {
+    float xv[kBatch][kPerLane], zv[kBatch][kPerLane];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const bool in = h0 + b * stride < n && lane + 32 * i < D;
+        xv[b][i] = in ? x[h0 + b * stride + lane + 32 * i] : 0.0f;
+        zv[b][i] = in ? z[h0 + b * stride + lane + 32 * i] : 0.0f;
+      }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int64_t h = h0 + b * stride;
+      if (h >= n) break;  // uniform over the warp
+      float ss = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) ss += xv[b][i] * xv[b][i];
+      const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i)
+        if (lane + 32 * i < D)
+          s[staged_at<E>(h + lane + 32 * i)] = wv[i] * (xv[b][i] * inv) * siluf_(zv[b][i]);
+    }
   }
 }
 

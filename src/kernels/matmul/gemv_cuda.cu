@@ -15,9 +15,9 @@ namespace {
 
 // Four rows per lane group with two chunks each in flight, two blocks per multiprocessor: measured
 // best of (rows, chunks, blocks) = (4, 2, 2), (4, 1, 2), (2, 2, 2), (8, 1, 1), (4, 2, 1) on the H200
-// (docs/gpu-notes.md, decode run 4).
+// (docs/gpu-notes.md, decode run 4). Matrices too short to fill the GPU with four rows per group
+// take two or one (more blocks; the 2048-row output projections), see rows_per_group.
 constexpr int kWarps = 8;
-constexpr int kRows = 4;    // rows per lane group and step
 constexpr int kUnroll = 2;  // chunks per lane in flight per row
 constexpr int kMinBlocks = 2;
 constexpr int kMaxSteps = 8;
@@ -33,7 +33,7 @@ struct GemvLaunch {
   int32_t first_block[kGemvMaxStack + 1] = {};
 };
 
-template <WeightFormat F, Transform T, bool kQ8>
+template <WeightFormat F, Transform T, bool kQ8, int kRows>  // kRows: rows per lane group and step
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(const GemvLaunch L) {
   constexpr int E = ChunkTraits<F>::kElems;
   extern __shared__ float4 smem4[];
@@ -62,11 +62,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(const Gem
   auto stage = [&] {
     wait_for_previous_kernel();  // x comes from an earlier kernel
     if constexpr (T == Transform::kNorm)
-      factor = stage_norm<E>(x, a.norm_weight, a.eps, m.cols, xs, xs + staged_floats<E>(a.max_cols));
+      // With four rows per group a batch of two spilled (80 bytes at 128 registers): one at a time.
+      factor = stage_norm < E,
+      kRows == 4 ? 1 : 2 > (x, a.norm_weight, a.eps, m.cols, xs, xs + staged_floats<E>(a.max_cols));
     else if constexpr (T == Transform::kGatedNorm)
       stage_gated_norm<E>(x, a.gate_z + p * a.x_stride, a.norm_weight, a.eps, a.head_dim, m.cols, xs);
     else
-      stage_plain<E>(x, m.cols, xs, threadIdx.x, blockDim.x);
+      stage_plain<E, kRows == 4 ? 1 : 4>(x, m.cols, xs, threadIdx.x, blockDim.x);
     __syncthreads();
     if constexpr (kQ8) {
       stage_q8(xs, m.cols, xq, threadIdx.x, blockDim.x);
@@ -94,12 +96,29 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(const Gem
   }
 }
 
-template <WeightFormat F, Transform T, bool kQ8>
-void launch_gemv(const GemvArgs& a, cudaStream_t stream) {
+// Rows per lane group: 4, unless that leaves the GPU less than one wave of blocks (kMinBlocks per
+// multiprocessor); then 2 or 1, the most that still fills it. (Measured against choosing by the
+// fullest last wave, which also split the 12352-row DeltaNet and 9216-row attention stacks: 369 against
+// 379 tok/s at 4K.)
+int rows_per_group(const GemvArgs& a, int sub) {
+  if (!a.adapt_rows) return 4;
+  int64_t rows = 0;
+  if (a.table && !a.index && a.problems <= kGemvMaxStack && a.stack_rows[0] > 0)
+    for (int p = 0; p < a.problems; ++p) rows += a.stack_rows[p];
+  else
+    rows = a.max_rows * a.problems;
+  const int64_t slots = int64_t{kMinBlocks} * multiprocessor_count(), groups = int64_t{kWarps} * (32 / sub);
+  for (int r : {4, 2})
+    if (rows / (groups * r) >= slots) return r;
+  return 1;
+}
+
+template <WeightFormat F, Transform T, bool kQ8, int kRows>
+void launch_gemv(const GemvArgs& a, int sub, cudaStream_t stream) {
   constexpr int E = ChunkTraits<F>::kElems;
   GemvLaunch L;
   L.a = a;
-  L.sub = gemv_group_lanes(a.max_cols / E);
+  L.sub = sub;
   L.rows_per_step = int64_t{kWarps} * (32 / L.sub) * kRows;
   dim3 grid;
   if (a.table && !a.index && a.problems <= kGemvMaxStack && a.stack_rows[0] > 0) {
@@ -124,27 +143,40 @@ void launch_gemv(const GemvArgs& a, cudaStream_t stream) {
   if (smem > 48 * 1024) {  // inputs past 10K columns; never during the decode graph's capture
     static bool configured = false;
     if (!configured)
-      check(cudaFuncSetAttribute(gemv_kernel<F, T, kQ8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      check(cudaFuncSetAttribute(gemv_kernel<F, T, kQ8, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  160 * 1024),
             "gemv: shared memory limit");
     configured = true;
   }
-  launch_kernel(gemv_kernel<F, T, kQ8>, grid, dim3(kWarps * 32), smem, stream, a.overlap, "gemv", L);
+  launch_kernel(gemv_kernel<F, T, kQ8, kRows>, grid, dim3(kWarps * 32), smem, stream, a.overlap, "gemv", L);
+}
+
+template <WeightFormat F, Transform T, bool kQ8>
+void launch_rows(const GemvArgs& a, cudaStream_t stream) {
+  const int sub = gemv_group_lanes(a.max_cols / ChunkTraits<F>::kElems);
+  switch (rows_per_group(a, sub)) {
+    case 4:
+      return launch_gemv<F, T, kQ8, 4>(a, sub, stream);
+    case 2:
+      return launch_gemv<F, T, kQ8, 2>(a, sub, stream);
+    default:
+      return launch_gemv<F, T, kQ8, 1>(a, sub, stream);
+  }
 }
 
 // int8 activations only with 4-bit weights (gemv_q8_fits, checked by the caller).
 template <WeightFormat F, Transform T>
 void launch(const GemvArgs& a, cudaStream_t stream) {
   if constexpr (F == WeightFormat::kAffine4)
-    if (a.q8) return launch_gemv<F, T, true>(a, stream);
-  launch_gemv<F, T, false>(a, stream);
+    if (a.q8) return launch_rows<F, T, true>(a, stream);
+  launch_rows<F, T, false>(a, stream);
 }
 
 template <WeightFormat F>
 void launch_format(const GemvArgs& a, cudaStream_t stream) {
   if (a.gate_z) {
-    if (a.head_dim <= 0 || a.max_cols % a.head_dim != 0)
-      check(cudaErrorInvalidValue, "gemv: the gated norm's heads must divide the input");
+    if (a.head_dim <= 0 || a.head_dim > kGemvGatedNormMaxHead || a.max_cols % a.head_dim != 0)
+      check(cudaErrorInvalidValue, "gemv: the gated norm's heads must divide the input (at most 256 values)");
     launch<F, Transform::kGatedNorm>(a, stream);
   } else if (a.norm_weight) {
     launch<F, Transform::kNorm>(a, stream);

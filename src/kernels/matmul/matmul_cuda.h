@@ -2,8 +2,9 @@
 //
 //   gemv  decode: y = W·x for one f32 activation row, f32 accumulation. The block stages x in shared
 //         memory (fusing the op that produced it: RMSNorm, gated RMSNorm); a group of lanes owns four
-//         weight rows and streams them with 16-byte loads (32 weights of 4-bit, 16 of 8-bit, 8 of bf16
-//         per lane), dequantizing in registers (gemv_core.cuh).
+//         weight rows (two or one for matrices too short to fill the GPU) and streams them with
+//         16-byte loads (32 weights of 4-bit, 16 of 8-bit, 8 of bf16 per lane), dequantizing in
+//         registers (gemv_core.cuh).
 //   gemm  prefill: Y = X·Wᵀ for many bf16 activation rows on the tensor cores (mma.sync m16n8k16,
 //         bf16 in, f32 accumulate); the full-precision W never exists. Two kernels:
 //           pipelined (gemm_pipelined_cuda.cu, the default): 64/128 × 128 tiles, X and the raw W
@@ -38,6 +39,7 @@ struct DeviceMatrix {
 };
 
 inline constexpr int kGemvMaxStack = 8;
+inline constexpr int kGemvGatedNormMaxHead = 256;
 
 struct GemvArgs {
   DeviceMatrix single;                  // the matrix when `table` is null
@@ -59,12 +61,15 @@ struct GemvArgs {
   //   norm_weight and gate_z    gated RMSNorm per head of head_dim values (z read like x)
   const float* norm_weight = nullptr;
   const float* gate_z = nullptr;
-  int head_dim = 0;
+  int head_dim = 0;  // at most kGemvGatedNormMaxHead
   float eps = 0.0f;
   // int8 activations (matmul_q8.h's scheme, dp4a dots); only with 4-bit weights in groups of a
   // multiple of 64 and inputs a multiple of 64 (gemv_q8_fits), which the caller checks.
   bool q8 = false;
   bool overlap = false;  // may start before the previous kernel ends (launch_kernel in cuda_launch.h)
+  // Matrices too short to fill the GPU with four rows per lane group take two or one (more blocks);
+  // false: always four. Each row's sum is the same either way.
+  bool adapt_rows = true;
 };
 void gemv(const GemvArgs& args, cudaStream_t stream);
 inline bool gemv_q8_fits(const DeviceMatrix& m) {

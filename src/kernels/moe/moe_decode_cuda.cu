@@ -21,10 +21,17 @@ namespace qwick::cuda {
 namespace {
 
 constexpr int kRouterWarps = 4, kRouterRows = 2;  // small blocks: the router is only E rows
+// Router chunks per lane in flight per row: its 8-bit rows of 2048 are 128 chunks, one round of
+// loads at 4 (two rounds, one after the other, at 2).
+constexpr int kRouterUnroll = 4;
 constexpr int kWarps = 8;
 constexpr int kRows = 4;  // rows per lane group (gate_up: two of gate, the same two of up)
 constexpr int kUnroll = 2;
 constexpr int kDownSteps = 2;  // row steps per down block, sharing the staged activations
+// Warps of the down block (one per expert, k + 1): the bound keeps its registers within what 10 warps
+// may hold. (Each of the SM's four schedulers owns a quarter of the register file, so a block of 9
+// warps at 181 registers failed to launch although the block total fit.)
+constexpr int kMaxDownWarps = 10;
 
 // Shared memory per warp of the down kernel: the staged f32 input, then (q8) its int8 form.
 template <int E>
@@ -60,7 +67,7 @@ __global__ void __launch_bounds__(kRouterWarps * 32)
     __syncthreads();
   };
   float acc[kRouterRows];
-  dot_rows<F, kRouterRows, kUnroll>(rows, m.cols / E, m.group_size, sub, lane_g, xs, true, stage, acc);
+  dot_rows<F, kRouterRows, kRouterUnroll>(rows, m.cols / E, m.group_size, sub, lane_g, xs, true, stage, acc);
   if (lane_g == 0) {
     float* out = a.logits + (shared_gate ? a.E : 0);
 #pragma unroll
@@ -104,7 +111,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gate_up_kernel(const MoeDecode
     rows[r] = weight_row(gate, row0 + r), rows[kPairs + r] = weight_row(up, row0 + r);
   float factor = 1.0f;
   auto stage = [&] {
-    factor = stage_norm<E>(a.x, a.norm_weight, a.eps, a.H, xs, xs + staged_floats<E>(a.H));
+    // One float4 at a time: a batch of two spilled (64 bytes at 128 registers).
+    factor = stage_norm<E, 1>(a.x, a.norm_weight, a.eps, a.H, xs, xs + staged_floats<E>(a.H));
     __syncthreads();
     if constexpr (kQ8) {
       stage_q8(xs, a.H, xq, threadIdx.x, blockDim.x);
@@ -122,7 +130,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gate_up_kernel(const MoeDecode
 }
 
 template <WeightFormat F, bool kQ8>
-__global__ void down_kernel(const MoeDecodeArgs a, int sub) {
+__global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecodeArgs a, int sub) {
   constexpr int E = elems<F>();
   extern __shared__ float4 smem4[];
   let_next_kernel_start();
@@ -136,7 +144,7 @@ __global__ void down_kernel(const MoeDecodeArgs a, int sub) {
   float* partial = reinterpret_cast<float*>(smem4) + (a.k + 1) * warp_floats;  // [k + 1][rows]
   const DeviceMatrix m = a.experts[j < a.k ? 3 * a.ids[j] + 2 : 3 * a.E + 2];
   auto stage = [&] {
-    stage_plain<E>(a.act + j * a.I, a.I, xs, lane, 32);
+    stage_plain<E, 1>(a.act + j * a.I, a.I, xs, lane, 32);  // one at a time: a batch of 2 spilled
     __syncwarp();
     if constexpr (kQ8) {
       stage_q8(xs, a.I, xq, lane, 32);
@@ -212,12 +220,12 @@ bool moe_decode_fits(WeightFormat route_format, WeightFormat expert_format, int6
   // (4-bit) and partial sums, under 48 KiB.
   const int E = elems_of(expert_format);
   const int64_t down_floats = (k + 1) * ((expert_dim + E - 1) / E * (E + 4) + expert_dim / 32 * 12 + 64);
-  return gpu_format(route_format) && gpu_format(expert_format) && expert_dim == shared_dim && k < 32 &&
-         expert_dim % elems_of(expert_format) == 0 && down_floats * 4 < 48 * 1024;
+  return gpu_format(route_format) && gpu_format(expert_format) && expert_dim == shared_dim &&
+         k < kMaxDownWarps && expert_dim % elems_of(expert_format) == 0 && down_floats * 4 < 48 * 1024;
 }
 
 void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
-  if (a.E > 32 * kMaxExpertsPerLane || a.k >= 32 || a.k > a.E)
+  if (a.E > 32 * kMaxExpertsPerLane || a.k >= kMaxDownWarps || a.k > a.E)
     check(cudaErrorInvalidValue, "moe_decode: expert count");
   switch (a.route_format) {
     case WeightFormat::kAffine4:

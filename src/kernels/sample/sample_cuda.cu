@@ -1,4 +1,6 @@
 // Token selection on the GPU (contract in sample_cuda.h).
+#include <algorithm>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
 #include "kernels/sample/sample_cuda.h"
@@ -58,37 +60,71 @@ __device__ __forceinline__ void warp_best(float& best, int& best_i, float& top) 
   }
 }
 
+// Merges every thread's (argmax, its id, largest finite value) into warp 0's lanes (ties to the lower
+// id); the caller synchronises before reusing sbest, sbest_i or stop.
+__device__ __forceinline__ void block_best(float& best, int& best_i, float& top, float* sbest, int* sbest_i,
+                                           float* stop) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  warp_best(best, best_i, top);
+  if (lane == 0) sbest[warp] = best, sbest_i[warp] = best_i, stop[warp] = top;
+  __syncthreads();
+  if (warp == 0) {
+    best = lane < warps ? sbest[lane] : -INFINITY, best_i = lane < warps ? sbest_i[lane] : INT32_MAX;
+    top = lane < warps ? stop[lane] : -INFINITY;
+    warp_best(best, best_i, top);
+  }
+}
+
+// Grid: blocks scan contiguous id ranges for the argmax, the top and the count of finite logits,
+// and leave them in `partials`; the last block to finish merges them and chooses (greedy: the argmax,
+// read straight from the merge; otherwise the passes below over all logits).
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
   __shared__ float scratch[32];
   __shared__ float sbest[32];
   __shared__ int sbest_i[32];
   __shared__ float thread_sums[kThreads];
   __shared__ int32_t chosen;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  __shared__ bool last;
+  const int tid = threadIdx.x;
   const float* l = a.logits;
-  const SamplingState st = *a.state;
 
   // Argmax (any value, for greedy) and the largest finite logit, ties to the lowest id.
+  const int64_t per = (a.V + gridDim.x - 1) / gridDim.x;
+  const int64_t r0 = blockIdx.x * per, r1 = min(a.V, r0 + per);
   float best = -INFINITY, top = -INFINITY, n_finite = 0.0f;
   int best_i = INT32_MAX;
-  for (int64_t i = tid; i < a.V; i += kThreads) {
+  for (int64_t i = r0 + tid; i < r1; i += kThreads) {
     const float v = l[i];
     if (v > best || (best_i == INT32_MAX && v == best)) best = v, best_i = static_cast<int>(i);
     if (isfinite(v)) top = fmaxf(top, v), n_finite += 1.0f;
   }
-  warp_best(best, best_i, top);
-  if (lane == 0) sbest[warp] = best, sbest_i[warp] = best_i, scratch[warp] = top;
+  block_best(best, best_i, top, sbest, sbest_i, scratch);
   __syncthreads();
-  if (warp == 0) {
-    best = sbest[lane], best_i = sbest_i[lane], top = scratch[lane];
-    warp_best(best, best_i, top);
-    if (lane == 0) sbest_i[0] = best_i == INT32_MAX ? 0 : best_i, scratch[0] = top;
+  n_finite = block_sum(n_finite, scratch);
+  if (tid == 0) {
+    a.partials[blockIdx.x] = SamplePartial{best, best_i, top, n_finite};
+    __threadfence();
+    last = atomicAdd(a.counter, 1) == static_cast<int>(gridDim.x) - 1;
   }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  best = -INFINITY, best_i = INT32_MAX, top = -INFINITY, n_finite = 0.0f;
+  for (int b = tid; b < static_cast<int>(gridDim.x); b += kThreads) {
+    const float4 raw =
+        __ldcg(reinterpret_cast<const float4*>(a.partials + b));  // past L1: other blocks wrote it
+    const SamplePartial p{raw.x, __float_as_int(raw.y), raw.z, raw.w};
+    if (p.best > best || (p.best == best && p.best_i < best_i)) best = p.best, best_i = p.best_i;
+    top = fmaxf(top, p.top), n_finite += p.n_finite;
+  }
+  block_best(best, best_i, top, sbest, sbest_i, scratch);
+  if (tid == 0) sbest_i[0] = best_i == INT32_MAX ? 0 : best_i, scratch[0] = top;
   __syncthreads();
   best_i = sbest_i[0];
   top = scratch[0];
   __syncthreads();
   n_finite = block_sum(n_finite, scratch);
+  const SamplingState st = *a.state;
 
   if (st.temperature <= 0.0f || n_finite == 0.0f) {
     if (tid == 0) chosen = best_i;
@@ -161,13 +197,17 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
     *a.token = chosen;
     a.state->draws = st.draws + 1;
     if (a.position) *a.position += 1;
+    *a.counter = 0;
   }
 }
 
 }  // namespace
 
 void sample_token(const SampleArgs& a, cudaStream_t stream) {
-  sample_kernel<<<1, kThreads, 0, stream>>>(a);
+  // About 4 logits per thread of the first pass, one block per multiprocessor at most.
+  const int64_t blocks = std::min<int64_t>(
+      {kSampleMaxBlocks, multiprocessor_count(), std::max<int64_t>(1, a.V / (4 * kThreads))});
+  sample_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a);
   check_launch("sample_token");
 }
 

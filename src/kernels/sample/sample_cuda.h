@@ -10,8 +10,10 @@
 // counter-based generator (splitmix64 of seed and draw number), so a replayed CUDA graph draws a new
 // number each step. One difference from the host: tokens tied exactly at a cut are all kept.
 //
-// One block of 1024 threads; it also stores the token in the next step's input slot and advances
-// the device position counter. Tests: tests/cuda/cuda_kernels_test.cu (Sample.*).
+// A grid of 1024-thread blocks finds the argmax, the largest finite logit and the finite count over
+// id ranges (greedy needs nothing more: 248K logits read by one block took 39 µs); the last block to
+// finish merges them, runs the cuts and the draw, stores the token in the next step's input slot and
+// advances the device position counter. Tests: tests/cuda/cuda_kernels_test.cu (Sample.*).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,12 +31,22 @@ struct SamplingState {  // lives on the device; the host rewrites it only betwee
   uint64_t draws = 0;  // random numbers used so far; advanced by the kernel
 };
 
+struct alignas(16) SamplePartial {  // one block's share of the first pass (read back as one float4)
+  float best;
+  int32_t best_i;
+  float top;
+  float n_finite;
+};
+inline constexpr int kSampleMaxBlocks = 256;
+
 struct SampleArgs {
   const float* logits;  // [V]
   int64_t V;
-  SamplingState* state;  // device
-  int32_t* token;        // device: where the chosen id goes (the next step's input slot)
-  int32_t* position;     // device position counter to advance by one, or null
+  SamplingState* state;     // device
+  int32_t* token;           // device: where the chosen id goes (the next step's input slot)
+  int32_t* position;        // device position counter to advance by one, or null
+  SamplePartial* partials;  // device scratch [kSampleMaxBlocks]
+  int32_t* counter;         // device [1], zero before the first call; the last block resets it
 };
 void sample_token(const SampleArgs& a, cudaStream_t stream);
 
