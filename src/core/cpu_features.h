@@ -17,4 +17,10 @@ SimdLevel active_simd_level();    // detected, or the QWICK_SIMD override; read 
 void set_active_simd_level(SimdLevel level);
 SimdLevel parse_simd_level(std::string_view name);  // throws Error on an unknown name
 
+// The one of a kernel's three builds that runs at `level`.
+template <class T>
+constexpr T by_simd_level(SimdLevel level, T avx512, T avx2, T scalar) {
+  return level == SimdLevel::kAvx512 ? avx512 : level == SimdLevel::kAvx2 ? avx2 : scalar;
+}
+
 }  // namespace qwick

@@ -459,10 +459,15 @@ class CudaBackend final : public Backend {
            tokens.size(), max_context_);
   }
 
-  GemvArgs gemv_args(const DeviceMatrix& m) const {
+  // GemvArgs with this backend's levers; gemv_args(m) also names one matrix.
+  GemvArgs gemv_levers() const {
     GemvArgs a;
     a.overlap = overlap_;
     a.adapt_rows = adapt_gemv_rows_;
+    return a;
+  }
+  GemvArgs gemv_args(const DeviceMatrix& m) const {
+    GemvArgs a = gemv_levers();
     a.single = m;
     a.format = m.format;
     a.max_rows = m.rows;
@@ -509,9 +514,7 @@ class CudaBackend final : public Backend {
       for (const DeviceMatrix& m : mats) gemv_one(m, x, y + y_stride * p++, false, norm);
       return;
     }
-    GemvArgs a;
-    a.overlap = overlap_;
-    a.adapt_rows = adapt_gemv_rows_;
+    GemvArgs a = gemv_levers();
     a.table = table;
     a.problems = static_cast<int>(mats.size());
     a.format = first.format;
@@ -745,9 +748,7 @@ class CudaBackend final : public Backend {
     const bool shared_too = same_format(w.shared_gate_proj, w.shared_up) &&
                             w.shared_gate_proj.format == w.expert_format &&
                             w.shared_down.format == w.expert_format;
-    GemvArgs gu;
-    gu.overlap = overlap_;
-    gu.adapt_rows = adapt_gemv_rows_;
+    GemvArgs gu = gemv_levers();
     gu.table = w.experts;
     gu.index = d_.gate_up_index;
     gu.problems = static_cast<int>(shared_too ? 2 * k + 2 : 2 * k);
@@ -765,9 +766,7 @@ class CudaBackend final : public Backend {
     swiglu(d_.gate_up, d_.gate_up + k * Im, Im, k, cfg_.expert_dim, d_.act, Im, false, stream_);
     swiglu(d_.gate_up + 2 * k * Im, d_.gate_up + (2 * k + 1) * Im, Im, 1, cfg_.shared_expert_dim,
            d_.act + k * Im, Im, false, stream_);
-    GemvArgs dn;
-    dn.overlap = overlap_;
-    dn.adapt_rows = adapt_gemv_rows_;
+    GemvArgs dn = gemv_levers();
     dn.table = w.experts;
     dn.index = d_.down_index;
     dn.problems = static_cast<int>(shared_too ? k + 1 : k);

@@ -234,14 +234,17 @@ __global__ void __launch_bounds__(kScanWarps * 32, 1) chunk_scan_kernel(DeltaNet
 
   for (int e = tid; e < kCols * DK; e += kThreads) Ss[e % DK * Sm::kLdV + e / DK] = state[e];
   __syncthreads();
+  // Where accumulator element e of this warp's state tile (mt, nt) lives in Ss (m16n8 layout).
+  auto state_at = [&](int mt, int nt, int e) {
+    return (d0 + mt * 16 + g + 8 * (e >> 1)) * Sm::kLdV + nt * 8 + 2 * t + (e & 1);
+  };
   float s_acc[kMT][4][4];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s_acc[mt][nt][e] = Ss[(d0 + mt * 16 + g + 8 * (e >> 1)) * Sm::kLdV + nt * 8 + 2 * t + (e & 1)];
+      for (int e = 0; e < 4; ++e) s_acc[mt][nt][e] = Ss[state_at(mt, nt, e)];
 
   // Loads in two parts: Q, W, U, G are read only before the barrier in the middle of a chunk, so the
   // next chunk's stream in while this one finishes (P V' and the state update); K and P follow.
@@ -331,8 +334,7 @@ __global__ void __launch_bounds__(kScanWarps * 32, 1) chunk_scan_kernel(DeltaNet
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          Ss[(d0 + mt * 16 + g + 8 * (e >> 1)) * Sm::kLdV + nt * 8 + 2 * t + (e & 1)] = s_acc[mt][nt][e];
+        for (int e = 0; e < 4; ++e) Ss[state_at(mt, nt, e)] = s_acc[mt][nt][e];
     __syncthreads();  // Ss is the next chunk's; every tile is reloaded
   }
 

@@ -58,31 +58,16 @@ struct PreparedInputs {
 }  // namespace
 
 MatmulRowsFn matmul_kernel(SimdLevel level) {
-  switch (level) {
-    case SimdLevel::kAvx512:
-      return matmul_rows_avx512;
-    case SimdLevel::kAvx2:
-      return matmul_rows_avx2;
-    case SimdLevel::kScalar:
-      break;
-  }
-  return matmul_rows_reference;
+  return by_simd_level<MatmulRowsFn>(level, matmul_rows_avx512, matmul_rows_avx2, matmul_rows_reference);
 }
 
 Q8RowsFn matmul_q8_kernel(SimdLevel level) {
-  switch (level) {
-    case SimdLevel::kAvx512:
-      return matmul_q8_rows_avx512;
-    case SimdLevel::kAvx2:
-      return matmul_q8_rows_avx2;
-    case SimdLevel::kScalar:
-      break;
-  }
-  return matmul_q8_rows_reference;
+  return by_simd_level<Q8RowsFn>(level, matmul_q8_rows_avx512, matmul_q8_rows_avx2, matmul_q8_rows_reference);
 }
 
-Q8QuantizeFn q8_quantizer(SimdLevel level) {
-  return level == SimdLevel::kAvx512 ? quantize_activation_q8_avx512 : quantize_activation_q8;
+Q8QuantizeFn q8_quantizer(SimdLevel level) {  // the AVX2 build runs the plain quantizer
+  return by_simd_level<Q8QuantizeFn>(level, quantize_activation_q8_avx512, quantize_activation_q8,
+                                     quantize_activation_q8);
 }
 
 void matmul(const MatmulProblem& p, ThreadPool& pool, MatmulPrecision precision) {

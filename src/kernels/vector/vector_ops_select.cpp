@@ -3,15 +3,7 @@
 namespace qwick {
 
 const VectorOps& vector_ops(SimdLevel level) {
-  switch (level) {
-    case SimdLevel::kAvx512:
-      return kVectorOpsAvx512;
-    case SimdLevel::kAvx2:
-      return kVectorOpsAvx2;
-    case SimdLevel::kScalar:
-      break;
-  }
-  return kVectorOpsReference;
+  return *by_simd_level(level, &kVectorOpsAvx512, &kVectorOpsAvx2, &kVectorOpsReference);
 }
 
 }  // namespace qwick
