@@ -14,7 +14,7 @@
 //                      tensor cores (flash-attention 2 layout: 64 query rows of one head per block,
 //                      64-key tiles, online softmax, P·V from registers), output gate fused, bf16 out.
 //
-// Tests: tests/cuda/cuda_kernels_test.cu (Attention.*) against rms_norm/apply_rope and `attend`.
+// Tests: tests/cuda/cuda_kernels_test.cpp (Attention.*) against rms_norm/apply_rope and `attend`.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,6 +1,6 @@
 // The simple prefill GEMM on the tensor cores: Y[slot, n] = Σ_k X[row(slot), k] · W[n, k], bf16
 // operands, f32 accumulation (see matmul_cuda.h for the table and tile conventions, and for when the
-// pipelined kernel of gemm_pipelined_cuda.cu runs instead).
+// wgmma or pipelined kernel runs instead).
 //
 // One block computes a 64 (slots) × 64 (outputs) tile with 4 warps in a 2 × 2 layout, each warp a
 // 32 × 32 sub-tile = 2 × 4 mma.sync.m16n8k16 per 16-wide k step. Per 64-wide k slice:
@@ -13,11 +13,11 @@
 //   B (16×8, from W[n][k]) b0 = W[g][2t..], b1 = W[g][2t+8..]
 //   C (16×8, f32)          c0,c1 = C[g][2t, 2t+1], c2,c3 = C[g+8][2t, 2t+1]
 //
-// Test: tests/cuda/cuda_kernels_test.cu (Gemm.*) against matmul_rows_reference on bf16-rounded
+// Test: tests/cuda/cuda_kernels_test.cpp (Gemm.*) against matmul_rows_reference on bf16-rounded
 // inputs, over formats, real and odd shapes, and grouped tile lists.
 #include "kernels/cuda_launch.h"
 #include "kernels/matmul/dequant.cuh"
-#include "kernels/tensor_core.cuh"
+#include "kernels/matmul/gemm_tile.cuh"
 
 namespace qwick::cuda {
 namespace {
@@ -63,21 +63,10 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmArgs a) {
   __shared__ __align__(16) uint16_t xs[kTile * kLd];
   __shared__ __align__(16) uint16_t ws[kTile * kLd];
 
-  // Which slots and which matrix rows this block covers.
-  int group = 0;
-  int64_t s0, s1;
-  if (a.tiles) {
-    if (static_cast<int64_t>(blockIdx.y) >= *a.tile_count) return;
-    const GemmTile tile = a.tiles[blockIdx.y];
-    group = tile.group, s0 = tile.begin, s1 = tile.end;
-  } else {
-    s0 = static_cast<int64_t>(blockIdx.y) * kTile;
-    s1 = min(a.n, s0 + kTile);
-  }
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTile;  // first output column
-  const int part = a.part_rows > 0 ? static_cast<int>(n0 / a.part_rows) : 0;
-  const int64_t r0 = n0 - part * a.part_rows;  // first matrix row
-  const DeviceMatrix m = a.table ? a.table[group * a.table_stride + a.table_base + part] : a.single;
+  GemmBlock blk;
+  if (!gemm_block<kTile, kTile>(a, &blk)) return;
+  const DeviceMatrix& m = blk.m;
+  const int64_t s0 = blk.s0, s1 = blk.s1, r0 = blk.r0;
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
@@ -89,10 +78,7 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmArgs a) {
       const int r = i >> 3, c = i & 7;
       const int64_t slot = s0 + r;
       uint4 v = make_uint4(0, 0, 0, 0);
-      if (slot < s1) {
-        const int64_t row = a.x_rows ? a.x_rows[slot] : slot;
-        v = *reinterpret_cast<const uint4*>(a.x + row * a.ldx + k0 + c * 8);
-      }
+      if (slot < s1) v = *reinterpret_cast<const uint4*>(x_row(a, slot) + k0 + c * 8);
       *reinterpret_cast<uint4*>(xs + r * kLd + c * 8) = v;
     }
     load_w_tile<F>(m, r0, k0, ws);
@@ -125,20 +111,11 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmArgs a) {
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int64_t slot = s0 + wm + mt * 16 + g + 8 * half;
-      if (slot >= s1) continue;
-      float* yrow = a.y + slot * a.ldy;
+    for (int h = 0; h < 2; ++h) {
+      const int64_t slot = s0 + wm + mt * 16 + g + 8 * h;
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int c = wn + nt * 8 + 2 * t + e;
-          if (r0 + c >= m.rows || n0 + c >= a.N) continue;
-          const float v = acc[mt][nt][2 * half + e];
-          yrow[n0 + c] = a.accumulate ? yrow[n0 + c] + v : v;
-        }
-      }
+      for (int nt = 0; nt < 4; ++nt)
+        store_pair(a, blk, slot, wn + nt * 8 + 2 * t, acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
     }
   }
 }
@@ -146,7 +123,12 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmArgs a) {
 }  // namespace
 
 void gemm(const GemmArgs& a, cudaStream_t stream) {
-  if (a.pipelined && a.part_rows % 128 == 0) return gemm_pipelined(a, stream);
+  if (a.part_rows % 128 == 0) {
+    if (a.kernel == GemmKernel::kWgmma) return gemm_wgmma(a, stream);
+    if (a.kernel == GemmKernel::kPipelined) return gemm_pipelined(a, stream);
+  }
+  if (a.tiles && a.tile_rows > kTile)
+    check(cudaErrorInvalidValue, "gemm: this kernel takes tiles of 64 rows");
   const unsigned tiles = a.tiles ? static_cast<unsigned>(a.max_tiles) : blocks_for(a.n, kTile);
   if (tiles == 0) return;
   const dim3 grid(blocks_for(a.N, kTile), tiles);

@@ -15,20 +15,19 @@
 // 64-bit load), 16 of 8-bit, 32 of bf16, and 32 bytes of its X rows. 16 columns never straddle a
 // quantization group (groups are multiples of 32), so one scale and bias serve the lane's whole slice.
 //
-// 4-bit codes become bf16 without a float conversion: a code c in the mantissa of 0x4300 (= 128) is
-// the bf16 value 128 + c exactly; subtracting 128 is exact too, and one bf16 fma applies scale and
-// bias (rounded once, as the simple kernel's f32 value rounded to bf16). 8-bit codes (up to 255, past
-// that mantissa) go through f32; no prefill matrix of the real model is 8-bit.
+// 4-bit codes become bf16 without a float conversion (gemm_tile.cuh: dequant4_pair); 8-bit codes (up
+// to 255, past what that trick holds) go through f32; no prefill matrix of the real model is 8-bit.
 //
 // Shared memory rows are padded where a warp's loads would otherwise hit one bank twice: X rows are
 // 144 bytes (lanes g, g+1 of a quarter-warp land 4 banks apart), bf16 W rows too.
 //
-// Tests: tests/cuda/cuda_kernels_test.cu (Gemm.*) run every case through both kernels.
+// Tests: tests/cuda/cuda_kernels_test.cpp (Gemm.*, Moe.GroupingGroupedGemmAndCombine) run every case
+// through all three kernels.
 #include <cuda_bf16.h>
 
 #include "kernels/cuda_launch.h"
 #include "kernels/matmul/dequant.cuh"
-#include "kernels/tensor_core.cuh"
+#include "kernels/matmul/gemm_tile.cuh"
 
 namespace qwick::cuda {
 namespace {
@@ -63,27 +62,6 @@ struct Layout {
   static constexpr int kBytes = kStages * kStageBytes;
 };
 
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-  return r;
-}
-__device__ __forceinline__ uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t r;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-  return r;
-}
-
-// The two codes of byte `byte` of w (low nibble first) as a dequantized bf16 pair.
-__device__ __forceinline__ uint32_t dequant4_pair(uint32_t w, uint32_t w_hi, int byte, uint32_t s2,
-                                                  uint32_t b2) {
-  constexpr uint32_t kOne = 0x3f803f80u, kMinus128 = 0xc300c300u;
-  // byte of w -> bits 0..7, the same byte of w >> 4 -> bits 16..23; keep the low nibbles.
-  const uint32_t x =
-      (prmt(w, w_hi, static_cast<uint32_t>(byte | ((byte + 4) << 8))) & 0x000f000fu) | 0x43004300u;
-  return bf16x2_fma(bf16x2_fma(x, kOne, kMinus128), s2, b2);  // (128 + c) - 128 exact, then c·s + b
-}
-
 template <WeightFormat F, int BM>
 __global__ void __launch_bounds__(Layout<F, BM>::kThreads, BM == 128 ? 1 : 2)
     gemm_pipelined_kernel(GemmArgs a) {
@@ -93,20 +71,10 @@ __global__ void __launch_bounds__(Layout<F, BM>::kThreads, BM == 128 ? 1 : 2)
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
 
-  int group = 0;
-  int64_t s0, s1;
-  if (a.tiles) {
-    if (static_cast<int64_t>(blockIdx.y) >= *a.tile_count) return;
-    const GemmTile tile = a.tiles[blockIdx.y];
-    group = tile.group, s0 = tile.begin, s1 = tile.end;
-  } else {
-    s0 = static_cast<int64_t>(blockIdx.y) * BM;
-    s1 = min(a.n, s0 + BM);
-  }
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBN;
-  const int part = a.part_rows > 0 ? static_cast<int>(n0 / a.part_rows) : 0;
-  const int64_t r0 = n0 - part * a.part_rows;
-  const DeviceMatrix m = a.table ? a.table[group * a.table_stride + a.table_base + part] : a.single;
+  GemmBlock blk;
+  if (!gemm_block<BM, kBN>(a, &blk)) return;
+  const DeviceMatrix& m = blk.m;
+  const int64_t s0 = blk.s0, s1 = blk.s1, r0 = blk.r0;
   const int64_t groups = F == WeightFormat::kBF16 ? 0 : m.cols / m.group_size;
   const int KT = static_cast<int>(a.K / kBK);
 
@@ -122,7 +90,7 @@ __global__ void __launch_bounds__(Layout<F, BM>::kThreads, BM == 128 ? 1 : 2)
     const int64_t slot = s0 + (i >> 3);
     const bool valid = slot < s1;
     x_valid |= static_cast<uint32_t>(valid) << j;
-    x_src[j] = a.x + (valid ? (a.x_rows ? a.x_rows[slot] : slot) : 0) * a.ldx + (i & 7) * 8;
+    x_src[j] = (valid ? x_row(a, slot) : a.x) + (i & 7) * 8;
   }
   const uint8_t* w_src[kWPerThread];
 #pragma unroll
@@ -131,16 +99,12 @@ __global__ void __launch_bounds__(Layout<F, BM>::kThreads, BM == 128 ? 1 : 2)
     const int64_t row = r0 + i / kWChunks;
     w_src[j] = row < m.rows ? m.data + row * m.row_bytes + (i % kWChunks) * 16 : nullptr;
   }
-  // A slice touches at most two groups of a row (groups are multiples of 32 wide): the two 4-byte
-  // words from the even element at or before the first one hold both. Thread copies word i & 1 of
-  // the scales (i & 2 == 0) or biases of row i / 4, for i = threadIdx.x + j · kThreads.
-  int64_t sb_first[kSBPerThread > 0 ? kSBPerThread : 1];  // first group element of the row; -1: no row
+  GroupWords words[kSBPerThread > 0 ? kSBPerThread : 1];
 #pragma unroll
   for (int j = 0; j < kSBPerThread; ++j) {
-    const int64_t row = r0 + ((threadIdx.x + j * kThreads) >> 2);
-    sb_first[j] = row < m.rows ? row * groups : -1;
+    const int i = threadIdx.x + j * kThreads;
+    words[j].init(m, r0 + (i >> 2), i);
   }
-  const int64_t sb_end = m.rows * groups;
 
   auto load_stage = [&](int kt, int stage) {
     uint8_t* base = smem + stage * L::kStageBytes;
@@ -160,14 +124,9 @@ __global__ void __launch_bounds__(Layout<F, BM>::kThreads, BM == 128 ? 1 : 2)
                  w_src[j] ? w_src[j] + col_byte<F>(k0) : m.data, w_src[j] != nullptr);
     }
     if constexpr (F != WeightFormat::kBF16) {
-      const int q0 = k0 / m.group_size;
 #pragma unroll
-      for (int j = 0; j < kSBPerThread; ++j) {
-        const int i = threadIdx.x + j * kThreads;
-        const int64_t e = ((sb_first[j] + q0) & ~int64_t{1}) + 2 * (i & 1);
-        const bool valid = sb_first[j] >= 0 && e < sb_end;
-        cp_async4(sb + i, (i & 2 ? m.biases : m.scales) + (valid ? e : 0), valid);
-      }
+      for (int j = 0; j < kSBPerThread; ++j)
+        words[j].load(smem_addr(sb + threadIdx.x + j * kThreads), k0 / m.group_size);
     }
   };
 
@@ -213,11 +172,7 @@ __global__ void __launch_bounds__(Layout<F, BM>::kThreads, BM == 128 ? 1 : 2)
         w4[nt][0] = v.x, w4[nt][1] = v.y;
       }
       if constexpr (F != WeightFormat::kBF16) {
-        // This lane's group, counted in bf16 halves from the first word's even element.
-        const int idx = ((row_parity[nt] + q0) & 1) + dq;
-        const uint32_t sel = idx & 1 ? 0x3232u : 0x1010u;  // broadcast that half to both halves
-        s2[nt] = prmt(sb[4 * r + (idx >> 1)], 0, sel);
-        b2[nt] = prmt(sb[4 * r + 2 + (idx >> 1)], 0, sel);
+        group_pair(sb, r, row_parity[nt], q0, dq, &s2[nt], &b2[nt]);
       }
     }
 
@@ -268,18 +223,9 @@ __global__ void __launch_bounds__(Layout<F, BM>::kThreads, BM == 128 ? 1 : 2)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t slot = s0 + wm + mt * 16 + g + 8 * h;
-      if (slot >= s1) continue;
-      float* yrow = a.y + slot * a.ldy;
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int c = wn + nt * 8 + 2 * t + e;
-          if (r0 + c >= m.rows || n0 + c >= a.N) continue;
-          const float v = acc[mt][nt][2 * h + e];
-          yrow[n0 + c] = a.accumulate ? yrow[n0 + c] + v : v;
-        }
-      }
+      for (int nt = 0; nt < 4; ++nt)
+        store_pair(a, blk, slot, wn + nt * 8 + 2 * t, acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
     }
   }
 }
@@ -316,20 +262,12 @@ void launch_format(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
 }  // namespace
 
 void gemm_pipelined(const GemmArgs& a, cudaStream_t stream) {
-  // Tile lists hold at most kGemmTileRows (64) slots per tile. Plain GEMMs take 128-row tiles when
-  // that still gives two blocks per SM, else 64-row ones (twice the blocks: short chunks and narrow
-  // matrices would otherwise leave most SMs idle).
-  static_assert(kGemmTileRows == 64, "the grouped path uses 64-row tiles");
-  const int sms = multiprocessor_count();
-  if (a.tiles) {
-    if (a.max_tiles > 0) launch_format<64>(a, static_cast<unsigned>(a.max_tiles), stream);
-  } else if (a.n > 0) {
-    const int64_t blocks128 = static_cast<int64_t>(blocks_for(a.n, 128)) * blocks_for(a.N, kBN);
-    if (blocks128 >= 2 * sms)
-      launch_format<128>(a, blocks_for(a.n, 128), stream);
-    else
-      launch_format<64>(a, blocks_for(a.n, 64), stream);
-  }
+  const RowTiling t = row_tiling(a, 2 * multiprocessor_count());  // one 128-slot block fits an SM
+  if (t.tiles == 0) return;
+  if (t.rows == 128)
+    launch_format<128>(a, t.tiles, stream);
+  else
+    launch_format<64>(a, t.tiles, stream);
   check_launch("gemm_pipelined");
 }
 

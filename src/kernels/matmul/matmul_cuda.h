@@ -5,16 +5,19 @@
 //         weight rows (two or one for matrices too short to fill the GPU) and streams them with
 //         16-byte loads (32 weights of 4-bit, 16 of 8-bit, 8 of bf16 per lane), dequantizing in
 //         registers (gemv_core.cuh).
-//   gemm  prefill: Y = X·Wᵀ for many bf16 activation rows on the tensor cores (mma.sync m16n8k16,
-//         bf16 in, f32 accumulate); the full-precision W never exists. Two kernels:
-//           pipelined (gemm_pipelined_cuda.cu, the default): 64/128 × 128 tiles, X and the raw W
-//             codes streamed through a 4-stage cp.async pipeline, W dequantized in registers
+//   gemm  prefill: Y = X·Wᵀ for many bf16 activation rows on the tensor cores (bf16 in, f32
+//         accumulate); the full-precision W never exists. Three kernels (GemmKernel):
+//           wgmma (gemm_wgmma_cuda.cu, the default): 64/128 × 128 tiles on warpgroup products, X and
+//             the raw W codes streamed through a cp.async pipeline, W dequantized once per block
+//             into shared memory while the previous slice's product runs
+//           pipelined (gemm_pipelined_cuda.cu): the same tiles on mma.sync m16n8k16, W dequantized
+//             in registers by each warp
 //           simple (gemm_cuda.cu): 64 × 64 tiles, load-barrier-compute, W dequantized into shared
 //             memory; the fallback (expert widths not a multiple of 128) and the ablation baseline
 //
 // Both take a table of matrices so one launch serves many problems: the routed experts of a decode
 // step (gemv, `index` names each problem's matrix) or the expert groups of a prefill chunk (gemm,
-// a device-built tile list names each tile's group and rows). Tests: tests/cuda/cuda_kernels_test.cu
+// a device-built tile list names each tile's group and rows). Tests: tests/cuda/cuda_kernels_test.cpp
 // compares both against matmul_rows_reference over formats, real and odd shapes.
 #pragma once
 
@@ -76,11 +79,14 @@ inline bool gemv_q8_fits(const DeviceMatrix& m) {
   return m.format == WeightFormat::kAffine4 && m.group_size % 64 == 0 && m.cols % 64 == 0;
 }
 
-// A tile of the grouped GEMM: rows (slots) [begin, end) of group `group`, at most kGemmTileRows.
+// A tile of the grouped GEMM: rows (slots) [begin, end) of group `group`, at most GemmArgs::tile_rows:
+// kGemmTileRows for every kernel, twice that for the 128-output ones.
 struct GemmTile {
   int32_t group, begin, end;
 };
 inline constexpr int kGemmTileRows = 64;
+
+enum class GemmKernel { kSimple, kPipelined, kWgmma };
 
 struct GemmArgs {
   DeviceMatrix single;                  // the matrix when `table` is null
@@ -100,10 +106,14 @@ struct GemmArgs {
   const GemmTile* tiles = nullptr;      // device tile list, `*tile_count` valid entries
   const int32_t* tile_count = nullptr;  // device
   int64_t max_tiles = 0;                // grid bound for the tile list
-  bool pipelined = true;                // false: the simple kernel
+  GemmKernel kernel = GemmKernel::kWgmma;
+  // Plain GEMMs: 0 picks 64- or 128-slot tiles by shape, 64 or 128 forces them. Tile lists: the most
+  // slots a tile holds, kGemmTileRows or (not for the simple kernel) 128.
+  int tile_rows = 0;
 };
 void gemm(const GemmArgs& args, cudaStream_t stream);
-// The pipelined kernel alone (gemm() picks it when `pipelined` is set and part_rows % 128 == 0).
+// The 128-output kernels alone; gemm() picks them as `kernel` says when part_rows % 128 == 0.
+void gemm_wgmma(const GemmArgs& args, cudaStream_t stream);
 void gemm_pipelined(const GemmArgs& args, cudaStream_t stream);
 
 // y[t] = W·x[t] for n f32 rows (x [n, W.cols], y [n, W.rows]) with f32 activations and exactly

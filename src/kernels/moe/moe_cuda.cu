@@ -36,15 +36,15 @@ __global__ void histogram_kernel(const int32_t* ids, int64_t pairs, int32_t* cou
 }
 
 // One block: exclusive scan of the counts into offsets and tile starts, then the tile list.
-__global__ void scan_tiles_kernel(const int32_t* counts, int E, int32_t* offsets, int32_t* fill,
-                                  GemmTile* tiles, int32_t* tile_count) {
+__global__ void scan_tiles_kernel(const int32_t* counts, int E, int tile_rows, int32_t* offsets,
+                                  int32_t* fill, GemmTile* tiles, int32_t* tile_count) {
   __shared__ int32_t slot_base[1025], tile_base[1025];
   if (threadIdx.x == 0) {
     int32_t s = 0, t = 0;
     for (int e = 0; e < E; ++e) {
       slot_base[e] = s, tile_base[e] = t;
       s += counts[e];
-      t += (counts[e] + kGemmTileRows - 1) / kGemmTileRows;
+      t += (counts[e] + tile_rows - 1) / tile_rows;
     }
     slot_base[E] = s, tile_base[E] = t;
     *tile_count = t;
@@ -54,9 +54,8 @@ __global__ void scan_tiles_kernel(const int32_t* counts, int E, int32_t* offsets
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     fill[e] = slot_base[e];
     const int32_t begin = slot_base[e], end = slot_base[e + 1];
-    for (int32_t j = 0; begin + j * kGemmTileRows < end; ++j)
-      tiles[tile_base[e] + j] =
-          GemmTile{e, begin + j * kGemmTileRows, min(end, begin + (j + 1) * kGemmTileRows)};
+    for (int32_t j = 0; begin + j * tile_rows < end; ++j)
+      tiles[tile_base[e] + j] = GemmTile{e, begin + j * tile_rows, min(end, begin + (j + 1) * tile_rows)};
   }
 }
 
@@ -122,7 +121,10 @@ void moe_group(const int32_t* ids, int64_t n, int k, int E, const MoeGrouping& g
     histogram_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(ids, pairs, g.counts);
     check_launch("moe_histogram");
   }
-  scan_tiles_kernel<<<1, 256, 0, stream>>>(g.counts, E, g.offsets, g.fill, g.tiles, g.tile_count);
+  if (g.tile_rows != 64 && g.tile_rows != 128)
+    check(cudaErrorInvalidValue, "moe_group: tiles of 64 or 128 rows");
+  scan_tiles_kernel<<<1, 256, 0, stream>>>(g.counts, E, g.tile_rows, g.offsets, g.fill, g.tiles,
+                                           g.tile_count);
   check_launch("moe_scan_tiles");
   if (pairs > 0) {
     scatter_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(ids, pairs, k, g.fill, g.slot_row, g.slot_of);

@@ -4,7 +4,7 @@
 //                                                                       zero-centred norms)
 //   gated_rms_norm_rows  per head of D values: y = w · (x · rsqrt(mean(x²) + eps)) · silu(z)
 //   embed_rows           hidden[t] = dequantized row tokens[t] of the embedding
-// Outputs are f32 or bf16 (the prefill GEMM's input). Tests: tests/cuda/cuda_kernels_test.cu
+// Outputs are f32 or bf16 (the prefill GEMM's input). Tests: tests/cuda/cuda_kernels_test.cpp
 // (Norm.*) against rms_norm / gated_rms_norm / dequantize_row.
 #pragma once
 

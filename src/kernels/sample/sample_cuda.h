@@ -13,7 +13,7 @@
 // A grid of 1024-thread blocks finds the argmax, the largest finite logit and the finite count over
 // id ranges (greedy needs nothing more: 248K logits read by one block took 39 µs); the last block to
 // finish merges them, runs the cuts and the draw, stores the token in the next step's input slot and
-// advances the device position counter. Tests: tests/cuda/cuda_kernels_test.cu (Sample.*).
+// advances the device position counter. Tests: tests/cuda/cuda_kernels_test.cpp (Sample.*).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,0 +1,140 @@
+// What the prefill GEMMs (gemm_cuda.cu, gemm_pipelined_cuda.cu on mma.sync, gemm_wgmma_cuda.cu on
+// wgmma) share: the tile shape of a launch, which slots and matrix rows a block covers, the
+// quantization-group words of a k slice staged next to the codes, decoding 4-bit codes into bf16
+// pairs, and the f32 output store.
+#pragma once
+
+#include "kernels/cuda_common.cuh"
+#include "kernels/cuda_launch.h"
+#include "kernels/matmul/matmul_cuda.h"
+#include "kernels/tensor_core.cuh"
+
+namespace qwick::cuda {
+
+// The tile of block (blockIdx.x, blockIdx.y): slots [s0, s1) (the tile list's entry, or BM rows of
+// a plain GEMM), output columns from n0 (BN of them), which are rows from r0 of matrix m.
+struct GemmBlock {
+  int64_t s0 = 0, s1 = 0, n0 = 0, r0 = 0;
+  DeviceMatrix m;
+};
+// False when the tile list is shorter than the grid and this block has no tile.
+template <int BM, int BN>
+__device__ __forceinline__ bool gemm_block(const GemmArgs& a, GemmBlock* b) {
+  int group = 0;
+  if (a.tiles) {
+    if (static_cast<int64_t>(blockIdx.y) >= *a.tile_count) return false;
+    const GemmTile tile = a.tiles[blockIdx.y];
+    group = tile.group, b->s0 = tile.begin, b->s1 = tile.end;
+  } else {
+    b->s0 = static_cast<int64_t>(blockIdx.y) * BM;
+    b->s1 = min(a.n, b->s0 + BM);
+  }
+  b->n0 = static_cast<int64_t>(blockIdx.x) * BN;
+  const int part = a.part_rows > 0 ? static_cast<int>(b->n0 / a.part_rows) : 0;
+  b->r0 = b->n0 - part * a.part_rows;
+  b->m = a.table ? a.table[group * a.table_stride + a.table_base + part] : a.single;
+  return true;
+}
+
+// Slots per tile (64 or 128) and row tiles of a launch with 128 outputs per block: a tile list's
+// tile_rows; for plain GEMMs tile_rows when forced, else 128 when that still gives `min_blocks` blocks
+// (short chunks and narrow matrices would otherwise leave SMs idle). row_tiles 0: nothing to do.
+struct RowTiling {
+  int rows = 64;
+  unsigned tiles = 0;
+};
+inline RowTiling row_tiling(const GemmArgs& a, int64_t min_blocks) {
+  static_assert(kGemmTileRows == 64, "tile lists of kGemmTileRows take 64-slot tiles");
+  if (a.tiles)
+    return {a.tile_rows == 128 ? 128 : 64, a.max_tiles > 0 ? static_cast<unsigned>(a.max_tiles) : 0u};
+  if (a.n <= 0) return {};
+  const int64_t blocks128 = static_cast<int64_t>(blocks_for(a.n, 128)) * blocks_for(a.N, 128);
+  const int rows = a.tile_rows != 64 && (a.tile_rows == 128 || blocks128 >= min_blocks) ? 128 : 64;
+  return {rows, blocks_for(a.n, rows)};
+}
+
+// Row `slot` of the X operand at k = 0, for a valid slot (through x_rows for expert groups).
+__device__ __forceinline__ const uint16_t* x_row(const GemmArgs& a, int64_t slot) {
+  return a.x + (a.x_rows ? a.x_rows[slot] : slot) * a.ldx;
+}
+
+// Quantization-group words of a 64-wide k slice. The slice touches at most two groups of a row
+// (groups are multiples of 32 wide); 4-byte copies need 4-byte alignment, so the stage keeps, per W
+// row r, sb[4r], sb[4r+1] = the scales of the even element at or before the slice's first group and
+// of the next two, sb[4r+2], sb[4r+3] = the biases likewise. A thread copies word i % 4 of row i / 4.
+struct GroupWords {
+  const uint16_t* src = nullptr;  // scales or biases, from the element of word i % 4's pair
+  int first = -1;                 // the row's first group element; -1: no such row
+  int end = 0;                    // copies from elements at or past this would leave the array
+
+  __device__ __forceinline__ void init(const DeviceMatrix& m, int64_t row, int i) {
+    const int64_t groups = m.cols / m.group_size;
+    src = (i & 2 ? m.biases : m.scales) + 2 * (i & 1);
+    first = row < m.rows ? static_cast<int>(row * groups) : -1;
+    end = static_cast<int>(m.rows * groups) - 2 * (i & 1);
+  }
+  // The word for the slice whose first group is q0, to shared address `dst`.
+  __device__ __forceinline__ void load(uint32_t dst, int q0) const {
+    const int e = (first + q0) & ~1;
+    const bool valid = first >= 0 && e < end;
+    cp_async4_shared(dst, src + (valid ? e : 0), valid);
+  }
+};
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+__device__ __forceinline__ uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t r;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+
+// The scale and bias, each broadcast to both halves of a bf16 pair, of the group holding a column
+// of W row r: `parity` is that of the row's first group element, q0 the slice's first group and dq
+// the column's group relative to it.
+__device__ __forceinline__ void group_pair(const uint32_t* sb, int r, int parity, int q0, int dq,
+                                           uint32_t* s2, uint32_t* b2) {
+  const int idx = ((parity + q0) & 1) + dq;  // counted in bf16 halves from the first word's element
+  const uint32_t sel = idx & 1 ? 0x3232u : 0x1010u;
+  *s2 = prmt(sb[4 * r + (idx >> 1)], 0, sel);
+  *b2 = prmt(sb[4 * r + 2 + (idx >> 1)], 0, sel);
+}
+
+// (a & b) | c in one instruction (written out: the compiler splits it in two when b and c are both
+// constants).
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+
+// The two codes of byte `byte` of w (low nibble first) as a dequantized bf16 pair, w_hi = w >> 4.
+// A code c in the mantissa of 0x4300 (= 128) is the bf16 value 128 + c exactly; subtracting 128 is
+// exact too, and one bf16 fma applies scale and bias (rounded once, as an f32 value rounded to bf16).
+__device__ __forceinline__ uint32_t dequant4_pair(uint32_t w, uint32_t w_hi, int byte, uint32_t s2,
+                                                  uint32_t b2) {
+  constexpr uint32_t kOne = 0x3f803f80u, kMinus128 = 0xc300c300u;
+  // byte of w -> bits 0..7, the same byte of w >> 4 -> bits 16..23; keep the low nibbles.
+  const uint32_t x =
+      and_or(prmt(w, w_hi, static_cast<uint32_t>(byte | ((byte + 4) << 8))), 0x000f000fu, 0x43004300u);
+  return bf16x2_fma(bf16x2_fma(x, kOne, kMinus128), s2, b2);
+}
+
+// Stores (or adds) the two f32 outputs of slot row `slot`, block columns c, c + 1, skipping slots
+// past s1 and columns past the matrix or the output.
+__device__ __forceinline__ void store_pair(const GemmArgs& a, const GemmBlock& b, int64_t slot, int c,
+                                           float v0, float v1) {
+  if (slot >= b.s1) return;
+  float* y = a.y + slot * a.ldy + b.n0;
+  const float v[2] = {v0, v1};
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    if (b.r0 + c + e >= b.m.rows || b.n0 + c + e >= a.N) continue;
+    y[c + e] = a.accumulate ? y[c + e] + v[e] : v[e];
+  }
+}
+
+}  // namespace qwick::cuda
