@@ -38,6 +38,7 @@ __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
 // ---- deltanet_chunk_prepare -------------------------------------------------------------------
 
 constexpr int kPrepThreads = 256;
+constexpr int kMaxDv = 256;  // the prepare kernel stages a chunk's value rows, Dv + 4 floats each
 
 template <int DK>
 struct PrepSmem {
@@ -45,6 +46,8 @@ struct PrepSmem {
   static constexpr int kLd = DK + 4, kLdA = kL + 4;
   static constexpr int kQ = 0, kK = kQ + kL * kLd, kA = kK + kL * kLd, kKK = kA + kL * kLdA,
                        kg = kKK + kL * kL, kb = kg + kL, kG = kb + kL, kFloats = kG + kL;
+  // Then the chunk's value rows of one value head, kL rows of Dv + 4.
+  static size_t bytes(int Dv) { return sizeof(float) * (kFloats + size_t{kL} * (Dv + 4)); }
 };
 
 template <int DK>
@@ -53,7 +56,8 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prepare_kernel(DeltaNetSca
   extern __shared__ float4 smem4[];
   float* sm = reinterpret_cast<float*>(smem4);
   float *Qs = sm + Sm::kQ, *Ks = sm + Sm::kK, *As = sm + Sm::kA, *gs = sm + Sm::kg, *bs = sm + Sm::kb,
-        *Gs = sm + Sm::kG;
+        *Gs = sm + Sm::kG, *Vs = sm + Sm::kFloats;
+  const int ld_v = a.Dv + 4;
   float *QKs = Qs, *KKs = sm + Sm::kKK;  // [kL][kL] each; QKᵀ takes Q's place once Q is read
   const int chunk = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x;
   const int64_t t0 = int64_t{chunk} * kL, key_dim = int64_t{a.Hk} * DK;
@@ -109,6 +113,15 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prepare_kernel(DeltaNetSca
       gs[tid] = valid ? logf(fmaxf(a.decay[t * a.Hv + h], FLT_MIN)) : 0.0f;
       bs[tid] = valid ? a.beta[t * a.Hv + h] : 0.0f;
     }
+    // The value rows, staged so the substitution below reads them from shared memory (read from
+    // global memory inside its sequential loop, each row's load was a full round trip).
+    for (int e = tid; e < kL * a.Dv / 4; e += kPrepThreads) {
+      const int i = e / (a.Dv / 4), d = e % (a.Dv / 4) * 4;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (t0 + i < a.n)
+        v = *reinterpret_cast<const float4*>(a.qkv + (t0 + i) * a.ld + 2 * key_dim + int64_t{h} * a.Dv + d);
+      *reinterpret_cast<float4*>(Vs + i * ld_v + d) = v;
+    }
     __syncthreads();
     if (tid == 0) {
       float acc = 0.0f;
@@ -133,7 +146,6 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prepare_kernel(DeltaNetSca
     // column stays in registers (fully unrolled), A is read as broadcast float4s.
     for (int c = tid; c < DK + a.Dv; c += kPrepThreads) {
       const bool is_w = c < DK;
-      const float* v = a.qkv + 2 * key_dim + int64_t{h} * a.Dv + (c - DK);  // read only for U columns
       float* out = is_w ? ws.W + head_row * DK + c : ws.U + head_row * a.Dv + (c - DK);
       const int64_t ld_out = is_w ? DK : a.Dv;
       float x[kL];
@@ -143,7 +155,7 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prepare_kernel(DeltaNetSca
         if (is_w)
           r = bs[i] * expf(Gs[i]) * Ks[i * Sm::kLd + c];
         else
-          r = t0 + i < a.n ? bs[i] * v[(t0 + i) * a.ld] : 0.0f;
+          r = bs[i] * Vs[i * ld_v + c - DK];
         float acc0 = r, acc1 = 0.0f;  // two chains: half the dependent latency
 #pragma unroll
         for (int j = 0; j < i; j += 4) {
@@ -343,11 +355,10 @@ __global__ void __launch_bounds__(kScanWarps * 32, 1) chunk_scan_kernel(DeltaNet
 
 template <int DK, bool SPLIT>
 void launch(const DeltaNetScanArgs& a, const Workspace& ws, cudaStream_t stream) {
-  constexpr size_t prep_bytes = sizeof(float) * PrepSmem<DK>::kFloats,
-                   scan_bytes = sizeof(float) * ScanSmem<DK>::kFloats;
+  constexpr size_t scan_bytes = sizeof(float) * ScanSmem<DK>::kFloats;
   static const bool configured = [] {  // above the 48 KB default: once per instantiation
     check(cudaFuncSetAttribute(chunk_prepare_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(prep_bytes)),
+                               static_cast<int>(PrepSmem<DK>::bytes(kMaxDv))),
           "deltanet_chunked_scan: shared memory");
     check(cudaFuncSetAttribute(chunk_scan_kernel<DK, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(scan_bytes)),
@@ -356,7 +367,7 @@ void launch(const DeltaNetScanArgs& a, const Workspace& ws, cudaStream_t stream)
   }();
   (void)configured;
   chunk_prepare_kernel<DK><<<dim3(static_cast<unsigned>(ws.chunks), static_cast<unsigned>(a.Hk)),
-                             kPrepThreads, prep_bytes, stream>>>(a, ws);
+                             kPrepThreads, PrepSmem<DK>::bytes(a.Dv), stream>>>(a, ws);
   check_launch("deltanet_chunk_prepare");
   chunk_scan_kernel<DK, SPLIT><<<dim3(static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.Dv / kCols)),
                                  kScanWarps * 32, scan_bytes, stream>>>(a, ws);
@@ -370,8 +381,8 @@ bool aligned(const void* p, uintptr_t bytes) {
 }  // namespace
 
 bool deltanet_chunked_supported(const DeltaNetScanArgs& a) {
-  return (a.Dk == 64 || a.Dk == 128) && a.Dv % kCols == 0 && a.Hk > 0 && a.Hv % a.Hk == 0 && a.ld % 4 == 0 &&
-         a.ld_out % 2 == 0 && aligned(a.qkv, 16) && aligned(a.out, 8);
+  return (a.Dk == 64 || a.Dk == 128) && a.Dv % kCols == 0 && a.Dv <= kMaxDv && a.Hk > 0 && a.Hv % a.Hk == 0 &&
+         a.ld % 4 == 0 && a.ld_out % 2 == 0 && aligned(a.qkv, 16) && aligned(a.out, 8);
 }
 
 int64_t deltanet_chunked_workspace_floats(int64_t n, int Hv, int Dk, int Dv) {

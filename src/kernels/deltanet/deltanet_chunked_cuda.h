@@ -30,8 +30,8 @@ namespace qwick::cuda {
 
 constexpr int kDeltaNetChunk = 64;
 
-// Shapes the chunked form handles: Dk 64 or 128, Dv a multiple of 32, row strides and head offsets
-// 16-byte aligned (ld and ld_out multiples of 4). Otherwise use deltanet_scan.
+// Shapes the chunked form handles: Dk 64 or 128, Dv a multiple of 32 up to 256, row strides and head
+// offsets 16-byte aligned (ld and ld_out multiples of 4). Otherwise use deltanet_scan.
 bool deltanet_chunked_supported(const DeltaNetScanArgs& a);
 
 // Floats of device workspace deltanet_chunked_scan needs for a chunk of n rows.
