@@ -532,46 +532,55 @@ TEST(Moe, GroupingGroupedGemmAndCombine) {
       for (int32_t c : covered) ASSERT_EQ(c, 1);
 
       for (const GemmVariant& v : kGemmVariants) {
-        if (v.tile_rows != tile_rows) continue;
-        SCOPED_TRACE(v.name);
-        // gate|up grouped GEMM, SwiGLU, down grouped GEMM, combine.
-        DeviceArray<uint16_t> dx(to_bf16(x)), act(static_cast<size_t>(pairs * I));
-        DeviceArray<float> gu(static_cast<size_t>(pairs * 2 * I)), down(static_cast<size_t>(pairs * H));
-        auto [a, b] =
-            expert_gemms(table_dev.data(), g, max_tiles, H, I, dx.data(), gu.data(), act.data(), down.data());
-        a.kernel = b.kernel = v.kernel;
-        cuda::gemm(a, nullptr);
-        cuda::swiglu(gu.data(), gu.data() + I, 2 * I, pairs, I, act.data(), I, true, nullptr);
-        cuda::gemm(b, nullptr);
-        const auto shared = randn(static_cast<size_t>(n * H), rng);
-        const auto shared_logit = randn(static_cast<size_t>(n), rng);
-        const auto hidden0 = randn(static_cast<size_t>(n * H), rng);
-        DeviceArray<float> dshared(shared), dsl(shared_logit), dhidden(hidden0), dweights(weights);
-        cuda::moe_combine({dhidden.data(), n, H, k, dweights.data(), slot_of.data(), down.data(), H,
-                           dshared.data(), H, dsl.data(), 1},
-                          nullptr);
-
-        // CPU: the same chain, with the activation rounded to bf16 as the GPU feeds it to the GEMM.
-        std::vector<float> want(hidden0);
-        for (int64_t t = 0; t < n; ++t) {
-          const std::vector<float> xt(x.begin() + t * H, x.begin() + (t + 1) * H);
-          float* wt = want.data() + t * H;
-          for (int64_t h = 0; h < H; ++h)
-            wt[h] += sigmoid(shared_logit[static_cast<size_t>(t)]) * shared[static_cast<size_t>(t * H + h)];
-          for (int j = 0; j < k; ++j) {
-            const int e = ids[static_cast<size_t>(t * k + j)];
-            const auto g_ = cpu_matmul(host[static_cast<size_t>(3 * e)].w, xt, 1);
-            const auto u_ = cpu_matmul(host[static_cast<size_t>(3 * e + 1)].w, xt, 1);
-            std::vector<float> h_(static_cast<size_t>(I));
-            for (int64_t i = 0; i < I; ++i)
-              h_[static_cast<size_t>(i)] =
-                  round_to_bf16(silu(g_[static_cast<size_t>(i)]) * u_[static_cast<size_t>(i)]);
-            const auto d_ = cpu_matmul(host[static_cast<size_t>(3 * e + 2)].w, h_, 1);
-            for (int64_t h = 0; h < H; ++h)
-              wt[h] += weights[static_cast<size_t>(t * k + j)] * d_[static_cast<size_t>(h)];
+        // The wgmma kernel also runs SwiGLU in its epilogue (GemmArgs::act).
+        for (bool fused : {false, true}) {
+          if (v.tile_rows != tile_rows || (fused && v.kernel != cuda::GemmKernel::kWgmma)) continue;
+          SCOPED_TRACE(fmt::format("{}{}", v.name, fused ? ", SwiGLU in the epilogue" : ""));
+          // gate|up grouped GEMM, SwiGLU, down grouped GEMM, combine.
+          DeviceArray<uint16_t> dx(to_bf16(x)), act(static_cast<size_t>(pairs * I));
+          DeviceArray<float> gu(static_cast<size_t>(pairs * 2 * I)), down(static_cast<size_t>(pairs * H));
+          auto [a, b] = expert_gemms(table_dev.data(), g, max_tiles, H, I, dx.data(), gu.data(), act.data(),
+                                     down.data());
+          a.kernel = b.kernel = v.kernel;
+          if (fused) {
+            a.act = act.data();
+            a.ld_act = I;
+            cuda::gemm(a, nullptr);
+          } else {
+            cuda::gemm(a, nullptr);
+            cuda::swiglu(gu.data(), gu.data() + I, 2 * I, pairs, I, act.data(), I, true, nullptr);
           }
+          cuda::gemm(b, nullptr);
+          const auto shared = randn(static_cast<size_t>(n * H), rng);
+          const auto shared_logit = randn(static_cast<size_t>(n), rng);
+          const auto hidden0 = randn(static_cast<size_t>(n * H), rng);
+          DeviceArray<float> dshared(shared), dsl(shared_logit), dhidden(hidden0), dweights(weights);
+          cuda::moe_combine({dhidden.data(), n, H, k, dweights.data(), slot_of.data(), down.data(), H,
+                             dshared.data(), H, dsl.data(), 1},
+                            nullptr);
+
+          // CPU: the same chain, with the activation rounded to bf16 as the GPU feeds it to the GEMM.
+          std::vector<float> want(hidden0);
+          for (int64_t t = 0; t < n; ++t) {
+            const std::vector<float> xt(x.begin() + t * H, x.begin() + (t + 1) * H);
+            float* wt = want.data() + t * H;
+            for (int64_t h = 0; h < H; ++h)
+              wt[h] += sigmoid(shared_logit[static_cast<size_t>(t)]) * shared[static_cast<size_t>(t * H + h)];
+            for (int j = 0; j < k; ++j) {
+              const int e = ids[static_cast<size_t>(t * k + j)];
+              const auto g_ = cpu_matmul(host[static_cast<size_t>(3 * e)].w, xt, 1);
+              const auto u_ = cpu_matmul(host[static_cast<size_t>(3 * e + 1)].w, xt, 1);
+              std::vector<float> h_(static_cast<size_t>(I));
+              for (int64_t i = 0; i < I; ++i)
+                h_[static_cast<size_t>(i)] =
+                    round_to_bf16(silu(g_[static_cast<size_t>(i)]) * u_[static_cast<size_t>(i)]);
+              const auto d_ = cpu_matmul(host[static_cast<size_t>(3 * e + 2)].w, h_, 1);
+              for (int64_t h = 0; h < H; ++h)
+                wt[h] += weights[static_cast<size_t>(t * k + j)] * d_[static_cast<size_t>(h)];
+            }
+          }
+          EXPECT_LT(rel_err(dhidden.download(), want), 1e-2);
         }
-        EXPECT_LT(rel_err(dhidden.download(), want), 1e-2);
       }
     }
   }
@@ -657,6 +666,14 @@ TEST(Gemm, Timing) {
     const auto [gate_up, down] =
         expert_gemms(table_dev.data(), g, max_tiles, H, I, dx.data(), dy.data(), act.data(), dy.data());
     report(fmt::format("experts gate|up, {}-row tiles", tile_rows), 2.0 * pairs * 2 * I * H, gate_up);
+    cuda::GemmArgs fused = gate_up;  // SwiGLU in the epilogue: the wgmma kernel only
+    fused.act = act.data();
+    fused.ld_act = I;
+    fused.kernel = cuda::GemmKernel::kWgmma;
+    const double us = median_us([&] { cuda::gemm(fused, nullptr); });
+    fmt::print("{:<32} {:>10} {:>10} {:>6.0f} {:>3.0f}\n",
+               fmt::format("  + SwiGLU epilogue, {}-row", tile_rows), "-", "-", us,
+               2.0 * pairs * 2 * I * H / us * 1e-6);
     report(fmt::format("experts down, {}-row tiles", tile_rows), 2.0 * pairs * H * I, down);
   }
 }

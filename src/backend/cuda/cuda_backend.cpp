@@ -958,10 +958,20 @@ class CudaBackend final : public Backend {
     gu.max_tiles = moe_max_tiles(n * k, static_cast<int>(E));
     gu.tile_rows = p_.grouping.tile_rows;
     gu.kernel = gemm_kernel_;
+    // The wgmma kernel applies SwiGLU in its epilogue (GemmArgs::act); the others leave gate|up in f32
+    // for the swiglu kernel.
+    const bool fused_swiglu = gemm_kernel_ == GemmKernel::kWgmma && I % 64 == 0;
     timer_.mark("moe: experts gate|up");
-    gemm(gu, stream_);
-    timer_.mark("moe: swiglu");
-    swiglu(p_.gate_up, p_.gate_up + I, 2 * I, n * k, I, p_.act, I, true, stream_);
+    if (fused_swiglu) {
+      GemmArgs fused = gu;
+      fused.act = p_.act;
+      fused.ld_act = I;
+      gemm(fused, stream_);
+    } else {
+      gemm(gu, stream_);
+      timer_.mark("moe: swiglu");
+      swiglu(p_.gate_up, p_.gate_up + I, 2 * I, n * k, I, p_.act, I, true, stream_);
+    }
     GemmArgs dn = gu;
     dn.table_base = 2;
     dn.part_rows = 0;
@@ -976,8 +986,11 @@ class CudaBackend final : public Backend {
     gemm(dn, stream_);
 
     timer_.mark("moe: shared expert");
-    if (gemm_kernel_ != GemmKernel::kSimple && w.shared_gate_proj.format == w.expert_format &&
-        same_format(w.shared_gate_proj, w.shared_up) && S % 128 == 0) {
+    const bool shared_in_table = gemm_kernel_ != GemmKernel::kSimple &&
+                                 w.shared_gate_proj.format == w.expert_format &&
+                                 same_format(w.shared_gate_proj, w.shared_up) && S % 128 == 0;
+    const bool shared_fused = shared_in_table && fused_swiglu;
+    if (shared_in_table) {
       // gate|up in one launch through the expert table (the shared expert is its entry E): twice the
       // blocks of either alone.
       GemmArgs su = gu;
@@ -991,12 +1004,17 @@ class CudaBackend final : public Backend {
       su.tile_count = nullptr;
       su.tile_rows = 0;
       su.n = n;
+      if (shared_fused) {
+        su.act = p_.shared_act;
+        su.ld_act = S;
+      }
       gemm(su, stream_);
     } else {
       gemm_one(w.shared_gate_proj, p_.normed, H, n, p_.shared_gate_up, 2 * S, false);
       gemm_one(w.shared_up, p_.normed, H, n, p_.shared_gate_up + S, 2 * S, false);
     }
-    swiglu(p_.shared_gate_up, p_.shared_gate_up + S, 2 * S, n, S, p_.shared_act, S, true, stream_);
+    if (!shared_fused)
+      swiglu(p_.shared_gate_up, p_.shared_gate_up + S, 2 * S, n, S, p_.shared_act, S, true, stream_);
     gemm_one(w.shared_down, p_.shared_act, S, n, p_.shared_down, H, false);
     MoeCombine c{p_.hidden,           n,       H, static_cast<int>(k), p_.weights,
                  p_.grouping.slot_of, p_.down, H, p_.shared_down,      H,

@@ -32,22 +32,43 @@ __global__ void conv_kernel(DeltaNetConvArgs a) {
   for (int j = 0; j < K - 1; ++j) a.state[j * a.C + c] = hist[j];
 }
 
-// The same convolution with a thread per (row, channel), for chunks of many rows: row t reads rows
-// t - K + 1 .. t of [window state; input]. The window is left to conv_window_kernel, which runs after
-// (a thread overwriting it here could race with one still reading it).
+// The same convolution for chunks of many rows, a thread per (channel, run of kConvRows rows): row t
+// reads rows t - K + 1 .. t of [window state; input]. The thread loads its channel's K weights once and
+// slides the last K - 1 inputs along in registers, so each input is read once (plus K - 1 rows per
+// run). (A thread per (row, channel) read every input K times and its weights once per row: 162 µs
+// per 4096-row layer on the H200, about half the copy rate.) The window is left to
+// conv_window_kernel, which runs after (a thread overwriting it here could race with one still
+// reading it).
+constexpr int kConvRows = 16;
 template <int K>
 __global__ void conv_rows_kernel(DeltaNetConvArgs a) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t t = blockIdx.y;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kConvRows;
   if (c >= a.C) return;
-  float acc = 0.0f;
+  float w[K], hist[K - 1];
 #pragma unroll
-  for (int j = 0; j < K; ++j) {
-    const int64_t src = t - (K - 1) + j;  // < 0: position K - 1 + src of the window
-    const float x = src < 0 ? a.state[(K - 1 + src) * a.C + c] : a.in[src * a.ld_in + c];
-    acc += a.w[c * K + j] * x;
+  for (int j = 0; j < K; ++j) w[j] = a.w[c * K + j];
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) {
+    const int64_t src = t0 - (K - 1) + j;  // < 0: position K - 1 + src of the window
+    hist[j] = src < 0 ? a.state[(K - 1 + src) * a.C + c] : a.in[src * a.ld_in + c];
   }
-  a.out[t * a.ld_out + c] = siluf_(acc);
+  const int rows = a.n - t0 < kConvRows ? static_cast<int>(a.n - t0) : kConvRows;
+  float x[kConvRows];
+#pragma unroll
+  for (int r = 0; r < kConvRows; ++r) x[r] = r < rows ? a.in[(t0 + r) * a.ld_in + c] : 0.0f;  // all in flight
+#pragma unroll
+  for (int r = 0; r < kConvRows; ++r) {
+    if (r >= rows) break;
+    float acc = 0.0f;  // the order of conv_kernel's sum
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) acc += w[j] * hist[j];
+    acc += w[K - 1] * x[r];
+#pragma unroll
+    for (int j = 0; j + 1 < K - 1; ++j) hist[j] = hist[j + 1];
+    hist[K - 2] = x[r];
+    a.out[(t0 + r) * a.ld_out + c] = siluf_(acc);
+  }
 }
 
 // The window after the chunk: the last K - 1 rows of [window state; input], per channel.
@@ -69,7 +90,7 @@ template <int K>
 void launch_conv(const DeltaNetConvArgs& a, cudaStream_t stream) {
   const unsigned blocks = blocks_for(a.C, 128);
   if (a.row_parallel && a.n > 1) {
-    conv_rows_kernel<K><<<dim3(blocks, static_cast<unsigned>(a.n)), 128, 0, stream>>>(a);
+    conv_rows_kernel<K><<<dim3(blocks, blocks_for(a.n, kConvRows)), 128, 0, stream>>>(a);
     conv_window_kernel<K><<<blocks, 128, 0, stream>>>(a);
   } else {
     conv_kernel<K><<<blocks, 128, 0, stream>>>(a);

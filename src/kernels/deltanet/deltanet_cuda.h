@@ -3,8 +3,8 @@
 //   deltanet_conv     causal depthwise conv + SiLU over n rows, one thread per channel walking the
 //                     rows with the K-1 previous inputs in registers; the window state [K-1, C]
 //                     is read at the start and written back at the end (ready for the next chunk).
-//                     With row_parallel (and n > 1) a thread per (row, channel) instead, then the
-//                     window: a chunk's rows no longer wait on each other
+//                     With row_parallel (and n > 1) a thread per (channel, run of 16 rows) instead,
+//                     then the window: a chunk's rows no longer wait on each other
 //   deltanet_prepare  per row: q and k L2-normalised per key head in place (q also scaled by
 //                     Dk^-1/2); beta = sigmoid(b), decay = exp(-exp(A_log) · softplus(a + dt_bias))
 //   deltanet_scan     the recurrence token by token. The state [Hv, Dv, Dk] (row j of a head is

@@ -123,6 +123,11 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmArgs a) {
 }  // namespace
 
 void gemm(const GemmArgs& a, cudaStream_t stream) {
+  if (a.act) {
+    if (a.kernel != GemmKernel::kWgmma)
+      check(cudaErrorInvalidValue, "gemm: the SwiGLU epilogue is the wgmma kernel's");
+    return gemm_wgmma(a, stream);
+  }
   if (a.part_rows % 128 == 0) {
     if (a.kernel == GemmKernel::kWgmma) return gemm_wgmma(a, stream);
     if (a.kernel == GemmKernel::kPipelined) return gemm_pipelined(a, stream);

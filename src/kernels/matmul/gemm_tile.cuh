@@ -16,6 +16,7 @@ namespace qwick::cuda {
 struct GemmBlock {
   int64_t s0 = 0, s1 = 0, n0 = 0, r0 = 0;
   DeviceMatrix m;
+  DeviceMatrix up;  // SwiGLU launches (GemmArgs::act): m is gate, and tile rows BN/2.. come from up
 };
 // False when the tile list is shorter than the grid and this block has no tile.
 template <int BM, int BN>
@@ -30,6 +31,12 @@ __device__ __forceinline__ bool gemm_block(const GemmArgs& a, GemmBlock* b) {
     b->s1 = min(a.n, b->s0 + BM);
   }
   b->n0 = static_cast<int64_t>(blockIdx.x) * BN;
+  if (a.act) {  // BN/2 gate rows and the same BN/2 up rows: outputs [n0/2, n0/2 + BN/2) of the act
+    b->r0 = b->n0 / 2;
+    b->m = a.table[group * a.table_stride + a.table_base];
+    b->up = a.table[group * a.table_stride + a.table_base + 1];
+    return true;
+  }
   const int part = a.part_rows > 0 ? static_cast<int>(b->n0 / a.part_rows) : 0;
   b->r0 = b->n0 - part * a.part_rows;
   b->m = a.table ? a.table[group * a.table_stride + a.table_base + part] : a.single;
@@ -121,6 +128,17 @@ __device__ __forceinline__ uint32_t dequant4_pair(uint32_t w, uint32_t w_hi, int
   const uint32_t x =
       and_or(prmt(w, w_hi, static_cast<uint32_t>(byte | ((byte + 4) << 8))), 0x000f000fu, 0x43004300u);
   return bf16x2_fma(bf16x2_fma(x, kOne, kMinus128), s2, b2);
+}
+
+// Row r of a block's W tile of BN rows: (matrix, row), row past the matrix when r has no weights.
+// (By value: a reference choosing between the two members put the block in local memory.)
+template <int BN>
+__device__ __forceinline__ DeviceMatrix tile_matrix(const GemmArgs& a, const GemmBlock& b, int r) {
+  return a.act && r >= BN / 2 ? b.up : b.m;
+}
+template <int BN>
+__device__ __forceinline__ int64_t tile_row(const GemmArgs& a, const GemmBlock& b, int r) {
+  return b.r0 + (a.act ? r % (BN / 2) : r);
 }
 
 // Stores (or adds) the two f32 outputs of slot row `slot`, block columns c, c + 1, skipping slots

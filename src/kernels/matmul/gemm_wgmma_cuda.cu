@@ -9,6 +9,8 @@
 //   dequant   once per block and slice, by every thread, from the raw codes into a swizzled bf16 W
 //             tile in shared memory (two of them, alternating), while the tensor cores still work
 //             on the previous slice
+//   SwiGLU    (GemmArgs::act) a block's 128 W rows are 64 gate rows and the same 64 up rows, so each
+//             thread holds both products of its outputs and stores silu(gate) · up as bf16
 //
 // Per slice kt: wait for its copies, barrier; start the copies of slice kt + kStages - 2 (into the
 // stage slice kt - 2 used, whose product has finished); dequantize W(kt); barrier; issue the four
@@ -107,9 +109,10 @@ __global__ void __launch_bounds__(Layout<F, BM, S>::kThreads, (kMinBlocks<F, BM,
 #pragma unroll
   for (int j = 0; j < kWPerThread; ++j) {
     const int i = threadIdx.x + j * kThreads, r = i / R::kChunks, c = i % R::kChunks;
-    const int64_t row = blk.r0 + r;
-    w_valid |= static_cast<uint32_t>(row < m.rows) << j;
-    w_src[j] = m.data + (row < m.rows ? row * m.row_bytes + c * 16 : 0);
+    const DeviceMatrix mr = tile_matrix<kBN>(a, blk, r);
+    const int64_t row = tile_row<kBN>(a, blk, r);
+    w_valid |= static_cast<uint32_t>(row < mr.rows) << j;
+    w_src[j] = mr.data + (row < mr.rows ? row * mr.row_bytes + c * 16 : 0);
     w_parity |= static_cast<uint32_t>((row * groups) & 1) << j;
 #pragma unroll
     for (int o = 0; o < kOut; ++o) st_off[j][o] = swizzle128(r, kOut * c + o);
@@ -118,7 +121,7 @@ __global__ void __launch_bounds__(Layout<F, BM, S>::kThreads, (kMinBlocks<F, BM,
 #pragma unroll
   for (int j = 0; j < kSBPerThread; ++j) {
     const int i = threadIdx.x + j * kThreads;
-    words[j].init(m, blk.r0 + (i >> 2), i);
+    words[j].init(tile_matrix<kBN>(a, blk, i >> 2), tile_row<kBN>(a, blk, i >> 2), i);
   }
 
   int load_slice = 0, load_stage = 0;
@@ -233,6 +236,19 @@ __global__ void __launch_bounds__(Layout<F, BM, S>::kThreads, (kMinBlocks<F, BM,
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t slot = blk.s0 + wg * 64 + warp * 16 + g + 8 * h;
+    if (a.act) {  // column c < 64 is gate row r0 + c, column c + 64 the up row of the same output
+      if (slot >= blk.s1) continue;
+      uint16_t* out = a.act + slot * a.ld_act + blk.r0;
+#pragma unroll
+      for (int j = 0; j < kBN / 16; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = 8 * j + 2 * t + e;
+          if (blk.r0 + c < m.rows)
+            out[c] = f32_to_bf16(siluf_(acc[4 * j + 2 * h + e]) * acc[4 * (j + kBN / 16) + 2 * h + e]);
+        }
+      continue;
+    }
 #pragma unroll
     for (int j = 0; j < 16; ++j)
       store_pair(a, blk, slot, 8 * j + 2 * t, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
@@ -275,6 +291,8 @@ void launch_format(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
 
 void gemm_wgmma(const GemmArgs& a, cudaStream_t stream) {
   const RowTiling t = row_tiling(a, multiprocessor_count());  // two 128-slot blocks fit an SM
+  if (a.act && (a.part_rows <= 0 || a.part_rows % 64 != 0 || a.N != 2 * a.part_rows || !a.table))
+    check(cudaErrorInvalidValue, "gemm_wgmma: the SwiGLU epilogue takes gate|up parts of 64k rows");
   if (t.tiles == 0) return;
   if (t.rows == 128)
     launch_format<128>(a, t.tiles, stream);

@@ -102,6 +102,11 @@ struct GemmArgs {
   float* y = nullptr;  // f32 [slots, ldy]
   int64_t ldy = 0;
   bool accumulate = false;
+  // SwiGLU in the epilogue instead of y (the wgmma kernel only): parts 0 and 1 of the table are gate
+  // and up, N = 2 · part_rows with part_rows a multiple of 64, and act[s][i] = bf16(silu(gate_i · x_s) ·
+  // (up_i · x_s)): the gate|up outputs never leave the registers.
+  uint16_t* act = nullptr;
+  int64_t ld_act = 0;
   int64_t n = 0;                        // slots, when `tiles` is null (one group, plain GEMM)
   const GemmTile* tiles = nullptr;      // device tile list, `*tile_count` valid entries
   const int32_t* tile_count = nullptr;  // device
@@ -112,7 +117,8 @@ struct GemmArgs {
   int tile_rows = 0;
 };
 void gemm(const GemmArgs& args, cudaStream_t stream);
-// The 128-output kernels alone; gemm() picks them as `kernel` says when part_rows % 128 == 0.
+// The 128-output kernels alone; gemm() picks them as `kernel` says when part_rows % 128 == 0 (and the
+// wgmma one for every SwiGLU launch).
 void gemm_wgmma(const GemmArgs& args, cudaStream_t stream);
 void gemm_pipelined(const GemmArgs& args, cudaStream_t stream);
 
