@@ -2,16 +2,17 @@
 // f32 activations and W dequantized exactly to f32. The router's outputs pick experts, a discrete
 // choice, so they must not see bf16 rounding (see cuda_backend.cpp).
 //
-// A block computes 64 rows × 64 outputs with 8 warps (16 rows × 32 outputs each) over 32-wide k
-// slices in shared memory, on the tensor cores with the operands split three ways (tf32_mma.cuh: about
-// f32 accuracy). Against plain FFMA (27 TFLOP/s) the router stage of a 4K prompt went only from 6.8 to
-// 6.4 ms on the H200: the loop now waits on its loads, fetched one slice ahead. Both
-// tiles are stored [row][k] with rows of 36 floats, so the fragment reads of a warp fall on distinct
-// banks; W is stored split (its hi and lo parts), since all four row warps read it. Double-buffered
-// through registers: while a slice is multiplied, the next one's X (two float4s) and W codes (one
-// 8-value piece of one row, with its group's scale and bias) are loaded; after the products they are
-// stored (W dequantized to f32 and split) into the other buffer; one barrier per slice. Matrices of
-// fewer than 8 rows take a warp per output instead (dot_rows_kernel).
+// A block computes 64 rows × 64 outputs with 8 warps (16 rows × 32 outputs each) over 64-wide k
+// slices in shared memory, on the tensor cores with the operands split three ways (tf32_mma.cuh:
+// about f32 accuracy). Both tiles are stored [row][k] with rows of 68 floats, so the fragment reads
+// of a warp fall on distinct banks; W is stored split (its hi and lo parts), since all four row warps
+// read it. Double-buffered through registers: while a slice is multiplied, the next one's X (four
+// float4s) and W codes (two 8-value pieces of one row, with their groups' scales and biases) are
+// loaded; after the products they are stored (W dequantized to f32 and split) into the other buffer;
+// one barrier per slice. (With FFMA, 27 TFLOP/s, the router stage of a 4K prompt took 6.8 ms on the
+// H200; with the tensor cores and 32-wide slices 6.4 ms, the loop then waiting on its loads, one
+// slice ahead: hence slices of 64.) Matrices of fewer than 8 rows take a warp per output instead
+// (dot_rows_kernel).
 //
 // Test: tests/cuda/cuda_kernels_test.cpp (GemmF32.*) against the CPU matmul at the GEMV's bound.
 #include "kernels/cuda_launch.h"
@@ -21,7 +22,9 @@
 namespace qwick::cuda {
 namespace {
 
-constexpr int kRows = 64, kTile = 64, kK = 32, kLd = kK + 4, kThreads = 256;  // kTile: outputs
+constexpr int kRows = 64, kTile = 64, kK = 64, kLd = kK + 4, kThreads = 256;  // kTile: outputs
+// Per slice and thread: float4 pieces of X, 8-code pieces of W.
+constexpr int kXPerThread = kRows * kK / 4 / kThreads, kWPerThread = kTile * kK / 8 / kThreads;
 constexpr int kDotRowsBelow = 8;  // matrices with fewer rows take dot_rows_kernel
 
 // 8 consecutive codes of a row (raw bits: 4/8-bit codes or bf16 values) and their group's scale and
@@ -67,35 +70,39 @@ __global__ void __launch_bounds__(kThreads)
   float* const ws = xs + 2 * kXFloats;                // [2][hi, lo][kWFloats]
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kRows, o0 = static_cast<int64_t>(blockIdx.x) * kTile;
   const int warp = threadIdx.x >> 5, wm = (warp & 3) * 16, wn = (warp >> 2) * 32;  // this warp's tile
-  // This thread's copies: X chunks i = threadIdx.x + 256j (row i / 8, columns 4 (i % 8) ..), and W
-  // row threadIdx.x / 4, columns 8 (threadIdx.x % 4) .. of each slice.
-  const float* x_src[2];
-  bool x_valid[2];
+  // This thread's copies: X pieces i = threadIdx.x + 256j (row i / (kK/4), columns 4 (i % (kK/4)) ..),
+  // and W row threadIdx.x / 4, columns kK/4 · (threadIdx.x % 4) .. of each slice, 8 at a time.
+  constexpr int kXPieces = kK / 4;  // float4 pieces of an X row
+  const float* x_src[kXPerThread];
+  bool x_valid[kXPerThread];
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
+  for (int j = 0; j < kXPerThread; ++j) {
     const int i = threadIdx.x + j * kThreads;
-    x_valid[j] = t0 + (i >> 3) < n;
-    x_src[j] = x + (x_valid[j] ? (t0 + (i >> 3)) * m.cols : 0) + (i & 7) * 4;
+    x_valid[j] = t0 + i / kXPieces < n;
+    x_src[j] = x + (x_valid[j] ? (t0 + i / kXPieces) * m.cols : 0) + i % kXPieces * 4;
   }
-  const int w_r = threadIdx.x >> 2, w_c = (threadIdx.x & 3) * 8;
-  float4 xv[2];
-  Codes8<F> wv;
+  const int w_r = threadIdx.x >> 2, w_c = (threadIdx.x & 3) * (kK / 4);
+  float4 xv[kXPerThread];
+  Codes8<F> wv[kWPerThread];
   auto fetch = [&](int64_t k0) {
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
+    for (int j = 0; j < kXPerThread; ++j)
       xv[j] = x_valid[j] ? *reinterpret_cast<const float4*>(x_src[j] + k0) : make_float4(0, 0, 0, 0);
-    wv = Codes8<F>{};
-    wv.load(m, o0 + w_r, k0 + w_c);
+#pragma unroll
+    for (int j = 0; j < kWPerThread; ++j) {
+      wv[j] = Codes8<F>{};
+      wv[j].load(m, o0 + w_r, k0 + w_c + 8 * j);
+    }
   };
   auto stage = [&](int buf) {
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
+    for (int j = 0; j < kXPerThread; ++j) {
       const int i = threadIdx.x + j * kThreads;
-      *reinterpret_cast<float4*>(xs + buf * kXFloats + (i >> 3) * kLd + (i & 7) * 4) = xv[j];
+      *reinterpret_cast<float4*>(xs + buf * kXFloats + i / kXPieces * kLd + i % kXPieces * 4) = xv[j];
     }
     float* dst = ws + buf * 2 * kWFloats + w_r * kLd + w_c;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) store_split<true>(dst + j, kWFloats, wv.value(j));
+    for (int j = 0; j < 8 * kWPerThread; ++j) store_split<true>(dst + j, kWFloats, wv[j / 8].value(j % 8));
   };
 
   float acc[1][4][4] = {};
