@@ -27,34 +27,25 @@ constexpr int kRows = 64, kTile = 64, kK = 64, kLd = kK + 4, kThreads = 256;  //
 constexpr int kXPerThread = kRows * kK / 4 / kThreads, kWPerThread = kTile * kK / 8 / kThreads;
 constexpr int kDotRowsBelow = 8;  // matrices with fewer rows take dot_rows_kernel
 
-// 8 consecutive codes of a row (raw bits: 4/8-bit codes or bf16 values) and their group's scale and
-// bias; zero for rows past the matrix.
+// 8 consecutive codes of a row (raw bits: 4/8-bit codes or bf16 values, in the first 1, 2 or 4 words
+// of a chunk) and their group's scale and bias; zero for rows past the matrix.
 template <WeightFormat F>
 struct Codes8 {
-  uint32_t w[F == WeightFormat::kAffine4 ? 1 : F == WeightFormat::kAffine8 ? 2 : 4] = {};
+  uint4 w{0, 0, 0, 0};
   float scale = 0.0f, bias = 0.0f;
 
   __device__ __forceinline__ void load(const DeviceMatrix& m, int64_t row, int64_t col) {
     if (row >= m.rows) return;
     const uint8_t* p = m.data + row * m.row_bytes + col_byte<F>(col);
-    if constexpr (F == WeightFormat::kAffine4) w[0] = *reinterpret_cast<const uint32_t*>(p);
+    if constexpr (F == WeightFormat::kAffine4) w.x = *reinterpret_cast<const uint32_t*>(p);
     if constexpr (F == WeightFormat::kAffine8) {
       const uint2 v = *reinterpret_cast<const uint2*>(p);
-      w[0] = v.x, w[1] = v.y;
+      w.x = v.x, w.y = v.y;
     }
-    if constexpr (F == WeightFormat::kBF16) {
-      const uint4 v = *reinterpret_cast<const uint4*>(p);
-      w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-    }
+    if constexpr (F == WeightFormat::kBF16) w = *reinterpret_cast<const uint4*>(p);
     if constexpr (F != WeightFormat::kBF16) group_params(m, row, col, &scale, &bias);
   }
-  __device__ __forceinline__ float value(int j) const {
-    if constexpr (F == WeightFormat::kAffine4)
-      return static_cast<float>((w[0] >> (4 * j)) & 0xfu) * scale + bias;
-    if constexpr (F == WeightFormat::kAffine8)
-      return static_cast<float>((w[j >> 2] >> (8 * (j & 3))) & 0xffu) * scale + bias;
-    return __uint_as_float((w[j >> 1] >> (16 * (j & 1))) << 16);
-  }
+  __device__ __forceinline__ float value(int j) const { return chunk_value<F>(w, j, scale, bias); }
 };
 
 // Shared memory of gemm_f32_kernel, in floats: two buffers of X [kRows][kLd], then two of W's hi
