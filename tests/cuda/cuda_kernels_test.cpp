@@ -321,16 +321,7 @@ TEST(Gemm, MatchesCpuOverFormatsShapesAndRowCounts) {
       for (const GemmVariant& v : kGemmVariants) {
         {
           SCOPED_TRACE(describe(c) + fmt::format(", {} rows, {}", n, v.name));
-          cuda::GemmArgs a;
-          a.single = up.m;
-          a.format = up.m.format;
-          a.K = c.cols;
-          a.N = c.rows;
-          a.x = dx.data();
-          a.ldx = c.cols;
-          a.y = dy.data();
-          a.ldy = c.rows;
-          a.n = n;
+          cuda::GemmArgs a = cuda::gemm_args(up.m, dx.data(), c.cols, n, dy.data(), c.rows);
           a.kernel = v.kernel;
           a.tile_rows = v.tile_rows;
           dy.upload(std::vector<float>(static_cast<size_t>(n * c.rows), NAN));
@@ -619,17 +610,7 @@ TEST(Gemm, Timing) {
                                   std::tuple{int64_t{512}, H, "shared gate 512x2048"}}) {
     HostMatrix h = random_matrix(WeightFormat::kAffine4, rows, cols, 64, rng);
     auto up = cuda::upload_matrix(h.w, nullptr);
-    cuda::GemmArgs a;
-    a.single = up.m;
-    a.format = up.m.format;
-    a.K = cols;
-    a.N = rows;
-    a.x = dx.data();
-    a.ldx = cols;
-    a.y = dy.data();
-    a.ldy = rows;
-    a.n = n;
-    report(what, 2.0 * n * rows * cols, a);
+    report(what, 2.0 * n * rows * cols, cuda::gemm_args(up.m, dx.data(), cols, n, dy.data(), rows));
   }
 
   std::vector<HostMatrix> host;

@@ -421,6 +421,9 @@ class CudaBackend final : public Backend {
       p_.grouping.slot_of = c.take<int32_t>(u(pairs));
       p_.grouping.tiles = c.take<GemmTile>(u(moe_max_tiles(pairs, static_cast<int>(E))));
       p_.grouping.tile_count = c.take<int32_t>(1);
+      // The wgmma kernel takes expert groups in 128-slot tiles: each dequantized W slice then serves
+      // up to 128 rows instead of 64. (gemm() runs it only for gate|up widths a multiple of 128.)
+      p_.grouping.tile_rows = gemm_kernel_ == GemmKernel::kWgmma && I % 128 == 0 ? 128 : kGemmTileRows;
       p_.gate_up = c.take<float>(u(pairs * 2 * I));
       p_.act = c.take<uint16_t>(u(pairs * I));
       p_.down = c.take<float>(u(pairs * H));
@@ -537,17 +540,8 @@ class CudaBackend final : public Backend {
 
   void gemm_one(const DeviceMatrix& m, const uint16_t* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
                 bool accumulate) {
-    GemmArgs a;
-    a.single = m;
-    a.format = m.format;
-    a.K = m.cols;
-    a.N = m.rows;
-    a.x = x;
-    a.ldx = ldx;
-    a.y = y;
-    a.ldy = ldy;
+    GemmArgs a = gemm_args(m, x, ldx, n, y, ldy);
     a.accumulate = accumulate;
-    a.n = n;
     a.kernel = gemm_kernel_;
     gemm(a, stream_);
   }
@@ -935,9 +929,6 @@ class CudaBackend final : public Backend {
     }
     timer_.mark("moe: route, group");
     moe_route(p_.router, E, n, static_cast<int>(E), static_cast<int>(k), p_.ids, p_.weights, stream_);
-    // The wgmma kernel takes expert groups in 128-slot tiles: each dequantized W slice then serves
-    // up to 128 rows instead of 64. (gemm() runs it only for gate|up widths a multiple of 128.)
-    p_.grouping.tile_rows = gemm_kernel_ == GemmKernel::kWgmma && I % 128 == 0 ? 128 : kGemmTileRows;
     moe_group(p_.ids, n, static_cast<int>(k), static_cast<int>(E), p_.grouping, stream_);
 
     GemmArgs gu;

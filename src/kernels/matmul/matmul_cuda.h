@@ -117,6 +117,22 @@ struct GemmArgs {
   int tile_rows = 0;
 };
 void gemm(const GemmArgs& args, cudaStream_t stream);
+// The arguments of a plain GEMM with one matrix: y[s] = m · x[s] for n slots, x bf16 rows of ldx, y f32
+// rows of ldy (the default kernel and tiling).
+inline GemmArgs gemm_args(const DeviceMatrix& m, const uint16_t* x, int64_t ldx, int64_t n, float* y,
+                          int64_t ldy) {
+  GemmArgs a;
+  a.single = m;
+  a.format = m.format;
+  a.K = m.cols;
+  a.N = m.rows;
+  a.x = x;
+  a.ldx = ldx;
+  a.y = y;
+  a.ldy = ldy;
+  a.n = n;
+  return a;
+}
 // The 128-output kernels alone; gemm() picks them as `kernel` says when part_rows % 128 == 0 (and the
 // wgmma one for every SwiGLU launch).
 void gemm_wgmma(const GemmArgs& args, cudaStream_t stream);
