@@ -1,16 +1,20 @@
 // Warpgroup matrix products (wgmma, sm_90a PTX): four consecutive warps, the first one's index a
-// multiple of 4, multiply operands that sit in shared memory, described by 64-bit descriptors, into
-// f32 accumulators held in registers. The product runs asynchronously: issue, commit, and wait for
-// the group before the accumulators or the operands' shared memory are touched again.
+// multiple of 4, multiply A (64×16, from registers) by B (N×16, in shared memory, described by a
+// 64-bit descriptor) into f32 accumulators held in registers. The product runs asynchronously: issue,
+// commit, and wait for the group before the accumulators, the A registers or B's shared memory are
+// touched again.
 //
-// Operand layout used here (both operands "K-major": a row of A or of B holds consecutive k):
-//   rows of 64 bf16 = 128 bytes, stored back to back from a 1024-byte aligned base, with the 128-byte
-//   swizzle: the 16-byte chunk c of row r sits at chunk c ^ (r % 8) of that row. A k16 step inside the
-//   64-wide row starts 32 bytes further on; 8-row groups are 1024 bytes apart.
+// B's layout ("K-major": a row holds consecutive k): rows of 64 bf16 = 128 bytes, stored back to back
+// from a 1024-byte aligned base, with the 128-byte swizzle: the 16-byte chunk c of row r sits at chunk
+// c ^ (r % 8) of that row. A k16 step inside the 64-wide row starts 32 bytes further on; 8-row groups
+// are 1024 bytes apart.
 //
-// Accumulators of m64nNk16, thread = 128-thread warpgroup index, w = its warp (rows 16w..16w+15),
-// g = lane / 4, t = lane % 4: for each 8-wide column block j, d[4j], d[4j+1] = C[16w+g][8j+2t, +1]
-// and d[4j+2], d[4j+3] = C[16w+g+8][8j+2t, +1] (mma.sync's C fragment, repeated along n).
+// Thread = 128-thread warpgroup index, w = its warp (rows 16w..16w+15 of A and of the product),
+// g = lane / 4, t = lane % 4. A, bf16 pairs (lower k in the low half), mma.sync's A fragment:
+//   a[0] = A[16w+g][2t, 2t+1]  a[1] = A[16w+g+8][2t, 2t+1]  a[2] = A[16w+g][2t+8, +9]  a[3] =
+//   A[16w+g+8][2t+8, +9]
+// Accumulators of m64nNk16: for each 8-wide column block j, d[4j], d[4j+1] = C[16w+g][8j+2t, +1] and
+// d[4j+2], d[4j+3] = C[16w+g+8][8j+2t, +1] (mma.sync's C fragment, repeated along n).
 #pragma once
 
 #include <cstdint>
@@ -23,10 +27,11 @@ __device__ __forceinline__ uint32_t swizzle128(int row, int chunk) {
 }
 
 // Descriptor of a swizzled K-major tile starting at shared address `addr` (1024-byte aligned, plus
-// 32 bytes per k16 step): leading byte offset unused (1), stride 1024 bytes, 128-byte swizzle.
+// 32 bytes per k16 step): leading byte offset unused (1), stride 1024 bytes, 128-byte swizzle. Built
+// from 32-bit halves: the high one is a constant.
 __device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3ffff) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
-         (uint64_t{1} << 62);
+  const uint32_t lo = ((addr & 0x3ffff) >> 4) | (1u << 16), hi = (1024 >> 4) | (1u << 30);
+  return static_cast<uint64_t>(hi) << 32 | lo;
 }
 
 // Orders this thread's ordinary shared-memory writes (stores, cp.async) before the tensor cores'
@@ -53,26 +58,57 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// d += A·Bᵀ for A 64×16 and B 128×16 (bf16, K-major), f32 accumulators. scale-d, a predicate, is 1:
-// accumulate; the callers start from zeroed accumulators.
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+#define QWICK_ACC8(i)                                                                         \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+
+// d += A·Bᵀ for A 64×16 (registers) and B 256×16 (bf16, K-major), f32 accumulators.
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
+      "%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,"
+      "%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,"
+      "%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,"
+      "%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,"
+      "%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+      "}, {%128,%129,%130,%131}, %132, p, 1, 1, 0;\n}\n"
+      : QWICK_ACC8(0), QWICK_ACC8(8), QWICK_ACC8(16), QWICK_ACC8(24), QWICK_ACC8(32), QWICK_ACC8(40),
+        QWICK_ACC8(48), QWICK_ACC8(56), QWICK_ACC8(64), QWICK_ACC8(72), QWICK_ACC8(80), QWICK_ACC8(88),
+        QWICK_ACC8(96), QWICK_ACC8(104), QWICK_ACC8(112), QWICK_ACC8(120)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+// The same for B 128×16: the first 64 accumulators (columns 0..127 in the layout above).
+template <int R>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[R], const uint32_t (&a)[4], uint64_t desc_b) {
+  static_assert(R >= 64, "m64n128 accumulates into 64 registers");
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
       "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
       "%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,"
       "%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-        "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
-        "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
-        "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
+      "}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+      : QWICK_ACC8(0), QWICK_ACC8(8), QWICK_ACC8(16), QWICK_ACC8(24), QWICK_ACC8(32), QWICK_ACC8(40),
+        QWICK_ACC8(48), QWICK_ACC8(56)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
+
+// The same for B 64×16: the first 32 accumulators.
+template <int R>
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[R], const uint32_t (&a)[4], uint64_t desc_b) {
+  static_assert(R >= 32, "m64n64 accumulates into 32 registers");
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
+      "%26,%27,%28,%29,%30,%31"
+      "}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+      : QWICK_ACC8(0), QWICK_ACC8(8), QWICK_ACC8(16), QWICK_ACC8(24)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+#undef QWICK_ACC8
 
 }  // namespace qwick::cuda

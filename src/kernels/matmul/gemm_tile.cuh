@@ -16,7 +16,7 @@ namespace qwick::cuda {
 struct GemmBlock {
   int64_t s0 = 0, s1 = 0, n0 = 0, r0 = 0;
   DeviceMatrix m;
-  DeviceMatrix up;  // SwiGLU launches (GemmArgs::act): m is gate, and tile rows BN/2.. come from up
+  DeviceMatrix up;  // SwiGLU launches (GemmArgs::act): m is gate; tile_matrix says which rows come from up
 };
 // False when the tile list is shorter than the grid and this block has no tile.
 template <int BM, int BN>
@@ -43,20 +43,30 @@ __device__ __forceinline__ bool gemm_block(const GemmArgs& a, GemmBlock* b) {
   return true;
 }
 
-// Slots per tile (64 or 128) and row tiles of a launch with 128 outputs per block: a tile list's
-// tile_rows; for plain GEMMs tile_rows when forced, else 128 when that still gives `min_blocks` blocks
-// (short chunks and narrow matrices would otherwise leave SMs idle). row_tiles 0: nothing to do.
+// Slots per tile and row tiles of a launch with 128 outputs per block: a tile list's tile_rows; for
+// plain GEMMs tile_rows when forced, else the most of `max_rows` (128 or 256), 128 and 64 that still
+// give the launch min_blocks_256 (256-slot tiles, one block per SM) or min_blocks (128) blocks: short
+// chunks and narrow matrices would otherwise leave SMs idle. row_tiles 0: nothing to do.
 struct RowTiling {
   int rows = 64;
   unsigned tiles = 0;
 };
-inline RowTiling row_tiling(const GemmArgs& a, int64_t min_blocks) {
+inline RowTiling row_tiling(const GemmArgs& a, int64_t min_blocks, int max_rows = 128,
+                            int64_t min_blocks_256 = 0) {
   static_assert(kGemmTileRows == 64, "tile lists of kGemmTileRows take 64-slot tiles");
   if (a.tiles)
     return {a.tile_rows == 128 ? 128 : 64, a.max_tiles > 0 ? static_cast<unsigned>(a.max_tiles) : 0u};
   if (a.n <= 0) return {};
-  const int64_t blocks128 = static_cast<int64_t>(blocks_for(a.n, 128)) * blocks_for(a.N, 128);
-  const int rows = a.tile_rows != 64 && (a.tile_rows == 128 || blocks128 >= min_blocks) ? 128 : 64;
+  const auto blocks = [&](int rows) {
+    return static_cast<int64_t>(blocks_for(a.n, rows)) * blocks_for(a.N, 128);
+  };
+  int rows = 64;
+  if (a.tile_rows != 0)
+    rows = a.tile_rows == 256 && max_rows == 256 ? 256 : a.tile_rows == 64 ? 64 : 128;
+  else if (max_rows == 256 && blocks(256) >= min_blocks_256)
+    rows = 256;
+  else if (blocks(128) >= min_blocks)
+    rows = 128;
   return {rows, blocks_for(a.n, rows)};
 }
 
@@ -99,15 +109,18 @@ __device__ __forceinline__ uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t 
   return r;
 }
 
-// The scale and bias, each broadcast to both halves of a bf16 pair, of the group holding a column
-// of W row r: `parity` is that of the row's first group element, q0 the slice's first group and dq
-// the column's group relative to it.
+// The scale and bias, each broadcast to both halves of a bf16 pair, of the group at half `idx` (0..2)
+// of a row's four group words (scales in w.x, w.y, biases in w.z, w.w; see GroupWords).
+__device__ __forceinline__ void group_pair_of(const uint4& w, int idx, uint32_t* s2, uint32_t* b2) {
+  const uint32_t sel = 0x1010u + 0x2222u * static_cast<uint32_t>(idx);  // bytes 2idx, 2idx + 1, twice
+  *s2 = prmt(w.x, w.y, sel);
+  *b2 = prmt(w.z, w.w, sel);
+}
+// The same for the group holding a column of W row r, from the staged words `sb`: `parity` is that of
+// the row's first group element, q0 the slice's first group and dq the column's group relative to it.
 __device__ __forceinline__ void group_pair(const uint32_t* sb, int r, int parity, int q0, int dq,
                                            uint32_t* s2, uint32_t* b2) {
-  const int idx = ((parity + q0) & 1) + dq;  // counted in bf16 halves from the first word's element
-  const uint32_t sel = idx & 1 ? 0x3232u : 0x1010u;
-  *s2 = prmt(sb[4 * r + (idx >> 1)], 0, sel);
-  *b2 = prmt(sb[4 * r + 2 + (idx >> 1)], 0, sel);
+  group_pair_of(*reinterpret_cast<const uint4*>(sb + 4 * r), ((parity + q0) & 1) + dq, s2, b2);
 }
 
 // (a & b) | c in one instruction (written out: the compiler splits it in two when b and c are both
@@ -130,29 +143,30 @@ __device__ __forceinline__ uint32_t dequant4_pair(uint32_t w, uint32_t w_hi, int
   return bf16x2_fma(bf16x2_fma(x, kOne, kMinus128), s2, b2);
 }
 
-// Row r of a block's W tile of BN rows: (matrix, row), row past the matrix when r has no weights.
+// Row r of a block's 128 W rows, as (matrix, row); the row lies past the matrix when r has no
+// weights. SwiGLU launches alternate 8-row runs of gate and up rows of the same 64 outputs, so wgmma's
+// accumulator rows g and g + 8 of a thread are one output's gate and up (gemm_wgmma_cuda.cu).
 // (By value: a reference choosing between the two members put the block in local memory.)
-template <int BN>
 __device__ __forceinline__ DeviceMatrix tile_matrix(const GemmArgs& a, const GemmBlock& b, int r) {
-  return a.act && r >= BN / 2 ? b.up : b.m;
+  return a.act && (r & 8) ? b.up : b.m;
 }
-template <int BN>
 __device__ __forceinline__ int64_t tile_row(const GemmArgs& a, const GemmBlock& b, int r) {
-  return b.r0 + (a.act ? r % (BN / 2) : r);
+  return b.r0 + (a.act ? (r >> 4) * 8 + (r & 7) : r);
 }
 
-// Stores (or adds) the two f32 outputs of slot row `slot`, block columns c, c + 1, skipping slots
-// past s1 and columns past the matrix or the output.
+// Stores (or adds) the f32 output of slot row `slot`, block column c, skipping slots past s1 and
+// columns past the matrix or the output.
+__device__ __forceinline__ void store_out(const GemmArgs& a, const GemmBlock& b, int64_t slot, int c,
+                                          float v) {
+  if (slot >= b.s1 || b.r0 + c >= b.m.rows || b.n0 + c >= a.N) return;
+  float* y = a.y + slot * a.ldy + b.n0 + c;
+  *y = a.accumulate ? *y + v : v;
+}
+// The same for block columns c, c + 1.
 __device__ __forceinline__ void store_pair(const GemmArgs& a, const GemmBlock& b, int64_t slot, int c,
                                            float v0, float v1) {
-  if (slot >= b.s1) return;
-  float* y = a.y + slot * a.ldy + b.n0;
-  const float v[2] = {v0, v1};
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    if (b.r0 + c + e >= b.m.rows || b.n0 + c + e >= a.N) continue;
-    y[c + e] = a.accumulate ? y[c + e] + v[e] : v[e];
-  }
+  store_out(a, b, slot, c, v0);
+  store_out(a, b, slot, c + 1, v1);
 }
 
 }  // namespace qwick::cuda

@@ -1,25 +1,33 @@
 // The prefill GEMM on Hopper's warpgroup tensor-core path (matmul_cuda.h: gemm_wgmma), same
-// contract as the other two kernels:
+// contract as the other two kernels, with the operands swapped: W is wgmma's A operand, decoded by each
+// thread straight into its registers, and the activations X are the B operand in shared memory.
 //
-//   tiles     BM (64 or 128) slots × 128 outputs per block, one warpgroup per 64 slots, each issuing
-//             wgmma m64n128k16 over 64-wide k slices
-//   pipeline  kStages slices in flight through cp.async: the X tile (gathered through x_rows, zero
-//             filled past the tile's rows) already in wgmma's swizzled layout, and W in its file
+//   tiles     128 outputs (W rows) × BT slots per block, two warpgroups of 64 W rows each, issuing
+//             wgmma m64nBTk16 over 64-wide k slices: BT = 64 or 128 with two blocks per SM, 256 (plain
+//             GEMMs of enough rows, one block per SM: each decoded W value then serves twice the
+//             slots); tiles holding fewer slots take the narrowest product that covers them
+//   pipeline  S slices in flight through cp.async: the X tile (gathered through x_rows; slots past
+//             the tile repeat its last one) already in wgmma's swizzled layout, and W in its file
 //             format, raw codes plus the scale and bias words of the slice
-//   dequant   once per block and slice, by every thread, from the raw codes into a swizzled bf16 W
-//             tile in shared memory (two of them, alternating), while the tensor cores still work
-//             on the previous slice
-//   SwiGLU    (GemmArgs::act) a block's 128 W rows are 64 gate rows and the same 64 up rows, so each
-//             thread holds both products of its outputs and stores silu(gate) · up as bf16
+//   dequant   by every thread, for its own two W rows (wgmma's A fragment rows g and g + 8), from the
+//             raw codes in shared memory into bf16 pairs in registers: no decoded W tile, and no
+//             barrier between decode and product
+//   SwiGLU    (GemmArgs::act) a block's 128 W rows are 8-row runs of gate and up rows of 64 outputs
+//             (gemm_tile.cuh: tile_matrix), so a thread's rows g and g + 8 are one output's gate and up
+//             and it computes silu(gate) · up
+//   output    staged through shared memory (the stages, once the products are done) and written as
+//             coalesced 16-byte pieces: f32 rows of y, or the bf16 activations
 //
-// Per slice kt: wait for its copies, barrier; start the copies of slice kt + kStages - 2 (into the
-// stage slice kt - 2 used, whose product has finished); dequantize W(kt); barrier; issue the four
-// k16 products of slice kt; wait until the product of slice kt - 1 is done. So the decode of one
-// slice overlaps the product of the one before, and a stage or W tile is rewritten only after the
-// product that read it has finished.
+// Per slice kt: wait for its copies, barrier (so the stage slice kt - 2 used is free: every warpgroup
+// waited for its products during slice kt - 1); start the copies of slice kt + S - 2 into it; decode
+// the four k16 steps' A fragments and issue their products. The A registers of a slice stay in use
+// until its products are done: 64- and 128-slot tiles (two blocks per SM, 128 registers) have one set,
+// so the decode first waits for the products of slice kt - 1 and overlaps those of the other three
+// warpgroups on the SM; 256-slot tiles have two and wait after issuing, for slice kt - 1's, so the
+// decode also overlaps the warpgroup's own products.
 //
-// The codes become bf16 as in the mma.sync kernel (gemm_tile.cuh: dequant4_pair), so both kernels
-// give the same W values; only the order of the f32 sums differs.
+// The codes become bf16 as in the mma.sync kernel (gemm_tile.cuh: dequant4_pair), so the kernels give
+// the same W values; only the order of the f32 sums differs.
 //
 // Tests: tests/cuda/cuda_kernels_test.cpp (Gemm.*, Moe.GroupingGroupedGemmAndCombine) run every case
 // through all three kernels.
@@ -31,30 +39,33 @@
 namespace qwick::cuda {
 namespace {
 
-constexpr int kBN = 128;  // outputs per block
-constexpr int kBK = 64;   // k slice: one 128-byte swizzled row of bf16
+constexpr int kBW = 128;  // W rows (outputs) per block, 64 per warpgroup
+constexpr int kBK = 64;   // k slice: one 128-byte swizzled row of bf16 X
+constexpr int kThreads = 256;
 
 template <WeightFormat F>
 struct RawW {  // a W row of one slice in the file format
   static constexpr int kRowBytes = F == WeightFormat::kAffine4 ? 32 : F == WeightFormat::kAffine8 ? 64 : 128;
-  static constexpr int kChunks = kRowBytes / 16;  // 16-byte chunks per row, kBK / kChunks values each
+  static constexpr int kChunks = kRowBytes / 16;  // 16-byte chunks per row
 };
 
-template <WeightFormat F, int BM, int S>
+// One stage: the X tile (BT slots × 128 bytes, swizzled), the raw W rows, the group words. As many
+// stages as leave room for the blocks per SM (227 KB per SM, 1 KB of it reserved per block, 1 KB of
+// alignment slack), at most 6: two blocks of 64- or 128-slot tiles, one of 256 (whose accumulators
+// take 128 registers a thread).
+template <WeightFormat F, int BT>
 struct Layout {
-  static constexpr int kThreads = BM / 64 * 128;
-  static constexpr int kWTileBytes = kBN * 128;  // dequantized bf16 W of a slice
-  static constexpr int kXBytes = BM * 128;
-  static constexpr int kRawBytes = kBN * RawW<F>::kRowBytes;
-  static constexpr int kSBBytes = F == WeightFormat::kBF16 ? 0 : kBN * 16;
+  static constexpr int kBlocksPerSM = BT == 256 ? 1 : 2;
+  static constexpr int kXBytes = BT * 128;
+  static constexpr int kRawBytes = kBW * RawW<F>::kRowBytes;
+  static constexpr int kSBBytes = F == WeightFormat::kBF16 ? 0 : kBW * 16;
   static constexpr int kStageBytes = kXBytes + kRawBytes + kSBBytes;
   static_assert(kStageBytes % 1024 == 0, "swizzled tiles need 1024-byte aligned stages");
-  static constexpr int kBytes = 2 * kWTileBytes + S * kStageBytes + 1024;  // + alignment slack
+  static constexpr int kFit = (227 * 1024 / kBlocksPerSM - 2048) / kStageBytes;
+  static constexpr int kStages = kFit < 6 ? kFit : 6;
+  static_assert(kStages >= 3, "the pipeline keeps a slice in the tensor cores and one loading");
+  static constexpr int kBytes = kStages * kStageBytes + 1024;
 };
-
-// Blocks per SM the shared memory allows (227 KB per SM, 1 KB of it reserved per block), at most 2.
-template <WeightFormat F, int BM, int S>
-constexpr int kMinBlocks = (227 * 1024) / (Layout<F, BM, S>::kBytes + 1024) >= 2 ? 2 : 1;
 
 // floor(n / d) as one multiply-high, with magic = ceil(2^32 / d): exact while n · d < 2^32 (here n
 // is a column index and d a group size, both far below 2^16).
@@ -62,66 +73,154 @@ __device__ __forceinline__ int div_magic(int n, uint32_t magic) {
   return static_cast<int>(__umulhi(static_cast<uint32_t>(n), magic));
 }
 
-template <WeightFormat F, int BM, int S>
-__global__ void __launch_bounds__(Layout<F, BM, S>::kThreads, (kMinBlocks<F, BM, S>))
-    gemm_wgmma_kernel(GemmArgs a) {
-  using L = Layout<F, BM, S>;
+// A thread's A fragment of k16 step kk (tile rows r0 and r0 + 8, warpgroup_mma.cuh's layout) from the
+// slice's raw rows `row0`, `row1` in shared memory; s2[i], b2[i] are row i's scale and bias pairs for
+// this step (unused for bf16).
+template <WeightFormat F>
+__device__ __forceinline__ void fragment(const uint8_t* row0, const uint8_t* row1, int kk, int t,
+                                         const uint32_t (&s2)[2], const uint32_t (&b2)[2], uint32_t (&f)[4]) {
+  const uint8_t* rows[2] = {row0, row1};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if constexpr (F == WeightFormat::kAffine4) {  // step kk: words 2kk (k 0..7) and 2kk + 1 (k 8..15)
+      const uint2 w = reinterpret_cast<const uint2*>(rows[i])[kk];
+      f[i] = dequant4_pair(w.x, w.x >> 4, t, s2[i], b2[i]);
+      f[2 + i] = dequant4_pair(w.y, w.y >> 4, t, s2[i], b2[i]);
+    } else if constexpr (F == WeightFormat::kAffine8) {  // step kk: words 4kk .. 4kk + 3
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(rows[i]) + 4 * kk + (t >> 1);
+      const int sh = 16 * (t & 1);
+      const float sc = __uint_as_float(s2[i] << 16), bi = __uint_as_float(b2[i] << 16);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        f[2 * h + i] = pack_bf16x2(static_cast<float>((w[2 * h] >> sh) & 0xffu) * sc + bi,
+                                   static_cast<float>((w[2 * h] >> (sh + 8)) & 0xffu) * sc + bi);
+    } else {  // step kk: words 8kk .. 8kk + 7, already bf16 pairs
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(rows[i]) + 8 * kk + t;
+      f[i] = w[0];
+      f[2 + i] = w[4];
+    }
+  }
+}
+
+// Stages the f32 outputs of the tile through shared memory (rows of kLdY floats: accumulator rows 2
+// slots apart land 8 banks apart) and writes each slot's 128 outputs as one coalesced row of float4.
+constexpr int kLdY = kBW + 4;
+template <int BT>
+__device__ __forceinline__ void store_tile(const GemmArgs& a, const GemmBlock& blk,
+                                           const float (&acc)[BT / 2], bool has_rows, int r0, int t,
+                                           uint8_t* smem) {
+  float* const tile = reinterpret_cast<float*>(smem);
+  if (has_rows)
+#pragma unroll
+    for (int j = 0; j < BT / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        tile[(8 * j + 2 * t + e) * kLdY + r0] = acc[4 * j + e];
+        tile[(8 * j + 2 * t + e) * kLdY + r0 + 8] = acc[4 * j + 2 + e];
+      }
+  __syncthreads();
+  const int c = 4 * (threadIdx.x & 31);  // this thread's four block columns
+  const bool vec = blk.r0 + c + 3 < blk.m.rows && blk.n0 + c + 3 < a.N && a.ldy % 4 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
+  for (int s = threadIdx.x >> 5; s < BT && blk.s0 + s < blk.s1; s += kThreads / 32) {
+    const int64_t slot = blk.s0 + s;
+    const float4 v = *reinterpret_cast<const float4*>(tile + s * kLdY + c);
+    if (!vec) {
+      store_pair(a, blk, slot, c, v.x, v.y);
+      store_pair(a, blk, slot, c + 2, v.z, v.w);
+      continue;
+    }
+    float4* y = reinterpret_cast<float4*>(a.y + slot * a.ldy + blk.n0 + c);
+    float4 o = v;
+    if (a.accumulate) {
+      const float4 p = *y;
+      o = make_float4(p.x + v.x, p.y + v.y, p.z + v.z, p.w + v.w);
+    }
+    *y = o;
+  }
+}
+
+// The SwiGLU epilogue: silu(gate) · up of output wg · 32 + 8 · warp + g for each accumulator column,
+// staged as bf16 rows of kLdAct (rows 2 slots apart 8 banks apart) and written as 16-byte pieces.
+constexpr int kLdAct = kBW / 2 + 8;
+template <int BT>
+__device__ __forceinline__ void store_act(const GemmArgs& a, const GemmBlock& blk, const float (&acc)[BT / 2],
+                                          bool has_rows, int o, int t, uint8_t* smem) {
+  uint16_t* const tile = reinterpret_cast<uint16_t*>(smem);
+  if (has_rows)
+#pragma unroll
+    for (int j = 0; j < BT / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        tile[(8 * j + 2 * t + e) * kLdAct + o] = f32_to_bf16(siluf_(acc[4 * j + e]) * acc[4 * j + 2 + e]);
+  __syncthreads();
+  const int c = 8 * (threadIdx.x & 7);  // eight outputs; the block's 64 all exist (parts of 64k rows)
+  const bool vec = a.ld_act % 8 == 0 && blk.r0 % 8 == 0 && reinterpret_cast<uintptr_t>(a.act) % 16 == 0;
+  for (int s = threadIdx.x >> 3; s < BT && blk.s0 + s < blk.s1; s += kThreads / 8) {
+    const uint4 v = *reinterpret_cast<const uint4*>(tile + s * kLdAct + c);
+    uint16_t* out = a.act + (blk.s0 + s) * a.ld_act + blk.r0 + c;
+    if (vec) {
+      *reinterpret_cast<uint4*>(out) = v;
+    } else {
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) out[e] = static_cast<uint16_t>(w[e >> 1] >> (16 * (e & 1)));
+    }
+  }
+}
+
+template <WeightFormat F, int BT>
+__global__ void __launch_bounds__(kThreads, Layout<F, BT>::kBlocksPerSM) gemm_wgmma_kernel(GemmArgs a) {
+  using L = Layout<F, BT>;
   using R = RawW<F>;
-  constexpr int kThreads = L::kThreads;
-  constexpr int kOut = kBK / R::kChunks / 8;  // 16-byte bf16 chunks one raw chunk becomes
+  constexpr int S = L::kStages;
+  static_assert(S * L::kStageBytes >= BT * kLdY * 4, "the output tile reuses the stages");
   extern __shared__ uint8_t smem_unaligned[];
-  // Two W tiles, then the stages, from a 1024-byte aligned start: as shared addresses (copies and
-  // descriptors) and as a generic pointer (ordinary loads and stores).
+  // The stages from a 1024-byte aligned start: as shared addresses (copies and descriptors) and as a
+  // generic pointer (ordinary loads and the output tile).
   const uint32_t unaligned = smem_addr(smem_unaligned);
   const uint32_t pad = (1024 - (unaligned & 1023)) & 1023;
-  const uint32_t w_tiles = unaligned + pad, stages = w_tiles + 2 * L::kWTileBytes;
-  uint8_t* const generic = smem_unaligned + pad;  // = w_tiles
-  auto at = [&](uint32_t shared) { return generic + (shared - w_tiles); };
+  const uint32_t stages = unaligned + pad;
+  uint8_t* const generic = smem_unaligned + pad;
 
   GemmBlock blk;
-  if (!gemm_block<BM, kBN>(a, &blk)) return;
+  if (!gemm_block<BT, kBW>(a, &blk)) return;
   const DeviceMatrix& m = blk.m;
   const int groups = F == WeightFormat::kBF16 ? 0 : static_cast<int>(m.cols / m.group_size);
   const uint32_t magic = F == WeightFormat::kBF16
                              ? 0
                              : static_cast<uint32_t>(((uint64_t{1} << 32) + m.group_size - 1) / m.group_size);
   const int KT = static_cast<int>(a.K / kBK);
+  // Slots the products cover: a tile list entry or the last tile of a plain GEMM may hold fewer than
+  // BT, then the narrowest product that holds them (m64n64k16, m64n128k16) and only their X copies.
+  const int64_t slots = blk.s1 - blk.s0;
+  const int width = slots <= 64 ? 64 : slots <= 128 ? 128 : BT;
 
-  // Everything a thread copies and decodes keeps its place in every slice: sources advance by a
-  // slice per load, destinations are fixed offsets within a stage or tile. Invalid rows copy 0 bytes
-  // (their sources are never read).
-  constexpr int kXPerThread = BM * 8 / kThreads, kWPerThread = kBN * R::kChunks / kThreads;
-  constexpr int kSBPerThread = F == WeightFormat::kBF16 ? 0 : kBN * 4 / kThreads;
+  // Everything a thread copies keeps its place in every slice: sources advance by a slice per load,
+  // destinations are fixed offsets within a stage. Slots past the tile copy its last slot and rows past
+  // the matrix its last row: what they add up lands in accumulators that are never stored, and no copy
+  // needs a predicate. Thread i's X rows are i / 8 + 32j, so their swizzle is the same for every j.
+  constexpr int kXPerThread = BT * 8 / kThreads, kWPerThread = kBW * R::kChunks / kThreads;
+  constexpr int kSBPerThread = F == WeightFormat::kBF16 ? 0 : kBW * 4 / kThreads;
   const uint16_t* x_src[kXPerThread];
-  uint32_t x_dst[kXPerThread], x_valid = 0;
 #pragma unroll
   for (int j = 0; j < kXPerThread; ++j) {
     const int i = threadIdx.x + j * kThreads;
-    const int64_t slot = blk.s0 + (i >> 3);
-    const bool valid = slot < blk.s1;
-    x_valid |= static_cast<uint32_t>(valid) << j;
-    x_src[j] = (valid ? x_row(a, slot) : a.x) + (i & 7) * 8;
-    x_dst[j] = swizzle128(i >> 3, i & 7);
+    x_src[j] = x_row(a, min(blk.s0 + (i >> 3), blk.s1 - 1)) + (i & 7) * 8;
   }
+  const uint32_t x_dst = swizzle128(threadIdx.x >> 3, threadIdx.x & 7);
   const uint8_t* w_src[kWPerThread];
-  uint32_t w_valid = 0, w_parity = 0;  // bit j: chunk j's row exists; parity of its first group element
-  uint32_t st_off[kWPerThread][kOut];  // where chunk j's decoded 16-byte pieces go in a W tile
 #pragma unroll
   for (int j = 0; j < kWPerThread; ++j) {
     const int i = threadIdx.x + j * kThreads, r = i / R::kChunks, c = i % R::kChunks;
-    const DeviceMatrix mr = tile_matrix<kBN>(a, blk, r);
-    const int64_t row = tile_row<kBN>(a, blk, r);
-    w_valid |= static_cast<uint32_t>(row < mr.rows) << j;
-    w_src[j] = mr.data + (row < mr.rows ? row * mr.row_bytes + c * 16 : 0);
-    w_parity |= static_cast<uint32_t>((row * groups) & 1) << j;
-#pragma unroll
-    for (int o = 0; o < kOut; ++o) st_off[j][o] = swizzle128(r, kOut * c + o);
+    const DeviceMatrix mr = tile_matrix(a, blk, r);
+    w_src[j] = mr.data + min(tile_row(a, blk, r), mr.rows - 1) * mr.row_bytes + c * 16;
   }
   GroupWords words[kSBPerThread > 0 ? kSBPerThread : 1];
 #pragma unroll
   for (int j = 0; j < kSBPerThread; ++j) {
     const int i = threadIdx.x + j * kThreads;
-    words[j].init(tile_matrix<kBN>(a, blk, i >> 2), tile_row<kBN>(a, blk, i >> 2), i);
+    words[j].init(tile_matrix(a, blk, i >> 2), tile_row(a, blk, i >> 2), i);
   }
 
   int load_slice = 0, load_stage = 0;
@@ -129,12 +228,13 @@ __global__ void __launch_bounds__(Layout<F, BM, S>::kThreads, (kMinBlocks<F, BM,
     const uint32_t base = stages + load_stage * L::kStageBytes, raw = base + L::kXBytes;
 #pragma unroll
     for (int j = 0; j < kXPerThread; ++j) {
-      cp_async16_shared(base + x_dst[j], x_src[j], (x_valid >> j) & 1);
+      if (j * (kThreads / 8) < width)
+        cp_async16_shared(base + x_dst + j * (kThreads / 8) * 128, x_src[j], true);
       x_src[j] += kBK;
     }
 #pragma unroll
     for (int j = 0; j < kWPerThread; ++j) {
-      cp_async16_shared(raw + (threadIdx.x + j * kThreads) * 16, w_src[j], (w_valid >> j) & 1);
+      cp_async16_shared(raw + (threadIdx.x + j * kThreads) * 16, w_src[j], true);
       w_src[j] += R::kRowBytes;
     }
     if constexpr (F != WeightFormat::kBF16) {
@@ -147,142 +247,134 @@ __global__ void __launch_bounds__(Layout<F, BM, S>::kThreads, (kMinBlocks<F, BM,
     load_stage = load_stage + 1 == S ? 0 : load_stage + 1;
   };
 
-  // W of slice kt from its stage's raw codes into a tile as bf16, each thread the chunks it copied.
-  // Lanes of a quarter warp read 128 contiguous raw bytes and write 8 distinct chunk columns.
-  auto dequantize = [&](int kt, uint32_t stage, uint32_t tile) {
-    const uint8_t* const raw = at(stage + L::kXBytes);
-    const uint32_t* const sb = reinterpret_cast<const uint32_t*>(raw + L::kRawBytes);
-    uint8_t* const out = at(tile);
-    const int k0 = kt * kBK;
-    const int q0 = F == WeightFormat::kBF16 ? 0 : div_magic(k0, magic);
+  // This thread's W rows: A rows g and g + 8 of its warpgroup's 64, tile rows r0 and r0 + 8.
+  const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int r0 = wg * 64 + warp * 16 + g;
+  // Bit i: parity of row r0 + 8i's first group element. Opaque to the compiler, which would otherwise
+  // recompute it in every slice.
+  uint32_t parity = 0;
 #pragma unroll
-    for (int j = 0; j < kWPerThread; ++j) {
-      const int i = threadIdx.x + j * kThreads, r = i / R::kChunks, c = i % R::kChunks;
-      const uint4 v = *reinterpret_cast<const uint4*>(raw + i * 16);
-      if constexpr (F == WeightFormat::kBF16) {
-        *reinterpret_cast<uint4*>(out + st_off[j][0]) = v;
-      } else {
-        uint32_t s2, b2;
-        const int dq = div_magic(k0 + c * (kBK / R::kChunks), magic) - q0;
-        group_pair(sb, r, (w_parity >> j) & 1, q0, dq, &s2, &b2);
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-        if constexpr (F == WeightFormat::kAffine4) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {  // word q: values 8q .. 8q + 7 of the chunk
-            const uint32_t hi = w[q] >> 4;
-            *reinterpret_cast<uint4*>(out + st_off[j][q]) =
-                make_uint4(dequant4_pair(w[q], hi, 0, s2, b2), dequant4_pair(w[q], hi, 1, s2, b2),
-                           dequant4_pair(w[q], hi, 2, s2, b2), dequant4_pair(w[q], hi, 3, s2, b2));
-          }
-        } else {
-          const float sc = __uint_as_float(s2 << 16), bi = __uint_as_float(b2 << 16);
-          uint32_t p[8];
-#pragma unroll
-          for (int q = 0; q < 8; ++q) {
-            const uint32_t word = w[q >> 1], sh = 16 * (q & 1);
-            p[q] = pack_bf16x2(static_cast<float>((word >> sh) & 0xffu) * sc + bi,
-                               static_cast<float>((word >> (sh + 8)) & 0xffu) * sc + bi);
-          }
-          *reinterpret_cast<uint4*>(out + st_off[j][0]) = make_uint4(p[0], p[1], p[2], p[3]);
-          *reinterpret_cast<uint4*>(out + st_off[j][1]) = make_uint4(p[4], p[5], p[6], p[7]);
-        }
-      }
-    }
-  };
+  for (int i = 0; i < 2; ++i)
+    parity |= static_cast<uint32_t>((tile_row(a, blk, r0 + 8 * i) * groups) & 1) << i;
+  asm volatile("" : "+r"(parity));
+  // A plain GEMM's last block may have no weights for the second warpgroup (N = 32 for DeltaNet's b
+  // and a): it skips its decode and products.
+  const bool has_rows = tile_row(a, blk, wg * 64) < tile_matrix(a, blk, wg * 64).rows;
 
-  const int wg = threadIdx.x >> 7;                  // this warpgroup's 64 slots of the tile
-  const bool has_rows = blk.s0 + wg * 64 < blk.s1;  // tiles of a tile list may fill only the first 64
-  // Descriptors of slice 0's operands; a stage, a tile and a k16 step move the address field only.
-  const uint64_t desc_x = wgmma_desc(stages + wg * 64 * 128), desc_w = wgmma_desc(w_tiles);
-  float acc[64];
+  float acc[BT / 2];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < BT / 2; ++i) acc[i] = 0.0f;
 
 #pragma unroll
   for (int s = 0; s < S - 2; ++s) {
     if (s < KT) load_next();
     cp_async_commit();
   }
+  // 256-slot tiles (one block per SM) keep the A registers of two slices: the decode of a slice then
+  // overlaps this warpgroup's own products of the one before. Narrower tiles have the registers for
+  // one: their decode waits for those products, and overlaps the other warpgroups' on the SM.
+  constexpr int kFragSets = BT == 256 ? 2 : 1;
+  uint32_t frag[kFragSets][4][4];
   int use_stage = 0;
-  for (int kt = 0; kt < KT; ++kt) {
+  auto slice = [&](int kt, uint32_t(&f)[4][4]) {
     cp_async_wait<S - 3>();
     fence_proxy_async();  // this thread's copies of slice kt, before the tensor cores read them
-    __syncthreads();      // slice kt is in for everyone; the product of slice kt - 2 is done
+    __syncthreads();      // slice kt is in for everyone; the products of slice kt - 2 are done
     if (load_slice < KT) load_next();
     cp_async_commit();
-    const uint32_t stage = stages + use_stage * L::kStageBytes, tile = w_tiles + (kt & 1) * L::kWTileBytes;
-    dequantize(kt, stage, tile);
-    fence_proxy_async();
-    __syncthreads();
 
     if (has_rows) {
-      const uint64_t dx = desc_x + ((use_stage * L::kStageBytes) >> 4),
-                     dw = desc_w + ((kt & 1) * L::kWTileBytes >> 4);
-      wgmma_fence();
-      wgmma_fence_operands(acc);
+      const uint8_t* const raw = generic + use_stage * L::kStageBytes + L::kXBytes;
+      const uint32_t x_tile = stages + use_stage * L::kStageBytes;
+      // Group pairs of both rows for steps 0-1 and 2-3 (groups are multiples of 32 wide and start at
+      // multiples of 32, so a group boundary inside the slice falls between steps 1 and 2).
+      uint32_t s2[2][2] = {}, b2[2][2] = {};
+      if constexpr (F != WeightFormat::kBF16) {
+        const int k0 = kt * kBK, q0 = div_magic(k0, magic), dq = div_magic(k0 + kBK / 2, magic) - q0;
+        const uint4* sb = reinterpret_cast<const uint4*>(raw + L::kRawBytes);
 #pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) wgmma_m64n128k16(acc, dx + 2 * kk, dw + 2 * kk);  // 32 bytes on
-      wgmma_commit();
-      wgmma_wait<1>();
-      wgmma_fence_operands(acc);
+        for (int i = 0; i < 2; ++i) {
+          const uint4 w = sb[r0 + 8 * i];
+          const int idx = static_cast<int>((parity >> i) ^ static_cast<uint32_t>(q0)) & 1;
+          group_pair_of(w, idx, &s2[0][i], &b2[0][i]);
+          group_pair_of(w, idx + dq, &s2[1][i], &b2[1][i]);
+        }
+      }
+      if constexpr (kFragSets == 1) wgmma_wait<0>();  // the previous slice's products read f
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk)
+        fragment<F>(raw + r0 * R::kRowBytes, raw + (r0 + 8) * R::kRowBytes, kk, t, s2[kk >> 1], b2[kk >> 1],
+                    f[kk]);
+      wgmma_fence();
+      // Each branch commits its own products (a commit after the branches costs an empty product).
+      if (width == 64) {
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) wgmma_m64n64k16(acc, f[kk], wgmma_desc(x_tile + 32 * kk));
+        wgmma_commit();
+      } else if (width == 128) {
+        if constexpr (BT >= 128) {
+#pragma unroll
+          for (int kk = 0; kk < kBK / 16; ++kk) wgmma_m64n128k16(acc, f[kk], wgmma_desc(x_tile + 32 * kk));
+          wgmma_commit();
+        }
+      } else if constexpr (BT == 256) {
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) wgmma_m64n256k16(acc, f[kk], wgmma_desc(x_tile + 32 * kk));
+        wgmma_commit();
+      }
+      // Two register sets: the products of slice kt - 1 are done with theirs (which slice kt + 1
+      // decodes into) and with their stage.
+      if constexpr (kFragSets == 2) wgmma_wait<1>();
+      // 8-bit weights gave wrong sums on the H200 (every shape, 128-slot tiles only, the kernel at the
+      // 128-register cap) unless each slice's products are waited for here or the kernel runs one
+      // block per SM. Cause not found: its SASS writes no operand register while a product is in
+      // flight, and no copy targets a stage in flight. 8-bit prefill weights are rare (MLX 4-bit
+      // checkpoints use them for the router, which runs in f32), so they take this safe order.
+      if constexpr (F == WeightFormat::kAffine8) wgmma_wait<0>();
     }
     use_stage = use_stage + 1 == S ? 0 : use_stage + 1;
+  };
+  for (int kt = 0; kt < KT; kt += kFragSets) {
+    slice(kt, frag[0]);
+    if constexpr (kFragSets == 2)
+      if (kt + 1 < KT) slice(kt + 1, frag[kFragSets - 1]);
   }
   wgmma_wait<0>();
   wgmma_fence_operands(acc);
   cp_async_wait<0>();
-
-  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t slot = blk.s0 + wg * 64 + warp * 16 + g + 8 * h;
-    if (a.act) {  // column c < 64 is gate row r0 + c, column c + 64 the up row of the same output
-      if (slot >= blk.s1) continue;
-      uint16_t* out = a.act + slot * a.ld_act + blk.r0;
-#pragma unroll
-      for (int j = 0; j < kBN / 16; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int c = 8 * j + 2 * t + e;
-          if (blk.r0 + c < m.rows)
-            out[c] = f32_to_bf16(siluf_(acc[4 * j + 2 * h + e]) * acc[4 * (j + kBN / 16) + 2 * h + e]);
-        }
-      continue;
-    }
-#pragma unroll
-    for (int j = 0; j < 16; ++j)
-      store_pair(a, blk, slot, 8 * j + 2 * t, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-  }
+  __syncthreads();  // every product and copy is done: the stages become the output tile
+  if (a.act)
+    store_act<BT>(a, blk, acc, has_rows, wg * 32 + 8 * warp + g, t, generic);
+  else
+    store_tile<BT>(a, blk, acc, has_rows, r0, t, generic);
 }
 
-template <WeightFormat F, int BM, int S>
+template <WeightFormat F, int BT>
 void launch(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
-  using L = Layout<F, BM, S>;
+  using L = Layout<F, BT>;
   static const bool raised = [] {
-    check(cudaFuncSetAttribute(gemm_wgmma_kernel<F, BM, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    check(cudaFuncSetAttribute(gemm_wgmma_kernel<F, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                L::kBytes),
           "gemm_wgmma: shared memory limit");
     return true;
   }();
   (void)raised;
-  const dim3 grid(blocks_for(a.N, kBN), row_tiles);
-  gemm_wgmma_kernel<F, BM, S><<<grid, L::kThreads, L::kBytes, stream>>>(a);
+  const dim3 grid(blocks_for(a.N, kBW), row_tiles);
+  gemm_wgmma_kernel<F, BT><<<grid, kThreads, L::kBytes, stream>>>(a);
 }
 
-// 64-slot tiles: 4 stages, two blocks per SM. 128-slot tiles: 3 stages, still two blocks per SM (a
-// fourth stage leaves room for one, measured 25 % slower).
-template <int BM>
+template <int BT>
 void launch_format(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
-  constexpr int S = BM == 128 ? 3 : 4;
   switch (a.format) {
     case WeightFormat::kAffine4:
-      launch<WeightFormat::kAffine4, BM, S>(a, row_tiles, stream);
+      launch<WeightFormat::kAffine4, BT>(a, row_tiles, stream);
       break;
     case WeightFormat::kAffine8:
-      launch<WeightFormat::kAffine8, BM, S>(a, row_tiles, stream);
+      launch<WeightFormat::kAffine8, BT>(a, row_tiles, stream);
       break;
     default:
-      launch<WeightFormat::kBF16, BM, S>(a, row_tiles, stream);
+      launch<WeightFormat::kBF16, BT>(a, row_tiles, stream);
       break;
   }
 }
@@ -290,11 +382,14 @@ void launch_format(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
 }  // namespace
 
 void gemm_wgmma(const GemmArgs& a, cudaStream_t stream) {
-  const RowTiling t = row_tiling(a, multiprocessor_count());  // two 128-slot blocks fit an SM
+  // Two 64- or 128-slot blocks fit an SM, one 256-slot block.
+  const RowTiling t = row_tiling(a, multiprocessor_count(), 256, multiprocessor_count());
   if (a.act && (a.part_rows <= 0 || a.part_rows % 64 != 0 || a.N != 2 * a.part_rows || !a.table))
     check(cudaErrorInvalidValue, "gemm_wgmma: the SwiGLU epilogue takes gate|up parts of 64k rows");
   if (t.tiles == 0) return;
-  if (t.rows == 128)
+  if (t.rows == 256)
+    launch_format<256>(a, t.tiles, stream);
+  else if (t.rows == 128)
     launch_format<128>(a, t.tiles, stream);
   else
     launch_format<64>(a, t.tiles, stream);

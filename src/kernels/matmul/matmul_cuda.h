@@ -7,11 +7,11 @@
 //         registers (gemv_core.cuh).
 //   gemm  prefill: Y = X·Wᵀ for many bf16 activation rows on the tensor cores (bf16 in, f32
 //         accumulate); the full-precision W never exists. Three kernels (GemmKernel):
-//           wgmma (gemm_wgmma_cuda.cu, the default): 64/128 × 128 tiles on warpgroup products, X and
-//             the raw W codes streamed through a cp.async pipeline, W dequantized once per block
-//             into shared memory while the previous slice's product runs
-//           pipelined (gemm_pipelined_cuda.cu): the same tiles on mma.sync m16n8k16, W dequantized
-//             in registers by each warp
+//           wgmma (gemm_wgmma_cuda.cu, the default): 128 outputs × 64/128/256 slots per block on
+//             warpgroup products, X and the raw W codes streamed through a cp.async pipeline, W the
+//             register operand, dequantized by each thread straight into its fragment
+//           pipelined (gemm_pipelined_cuda.cu): 128 outputs × 64/128 slots on mma.sync m16n8k16, W
+//             dequantized in registers by each warp
 //           simple (gemm_cuda.cu): 64 × 64 tiles, load-barrier-compute, W dequantized into shared
 //             memory; the fallback (expert widths not a multiple of 128) and the ablation baseline
 //
@@ -112,8 +112,8 @@ struct GemmArgs {
   const int32_t* tile_count = nullptr;  // device
   int64_t max_tiles = 0;                // grid bound for the tile list
   GemmKernel kernel = GemmKernel::kWgmma;
-  // Plain GEMMs: 0 picks 64- or 128-slot tiles by shape, 64 or 128 forces them. Tile lists: the most
-  // slots a tile holds, kGemmTileRows or (not for the simple kernel) 128.
+  // Plain GEMMs: 0 picks the tile's slots by shape, 64, 128 or (the wgmma kernel) 256 forces them.
+  // Tile lists: the most slots a tile holds, kGemmTileRows or (not for the simple kernel) 128.
   int tile_rows = 0;
 };
 void gemm(const GemmArgs& args, cudaStream_t stream);
