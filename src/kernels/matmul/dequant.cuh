@@ -3,10 +3,30 @@
 // group because group sizes are multiples of 32 (checked at upload).
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/cuda_common.cuh"
+#include "kernels/cuda_launch.h"
 #include "kernels/matmul/matmul_cuda.h"
 
 namespace qwick::cuda {
+
+// Host side: runs f(std::integral_constant<WeightFormat, F>{}) for a weight format the GPU kernels
+// take (affine 4/8-bit, bf16), so a launcher picks its kernel instance once; any other format fails
+// with `error`.
+template <class Fn>
+void with_device_format(WeightFormat format, const char* error, Fn&& f) {
+  switch (format) {
+    case WeightFormat::kAffine4:
+      return f(std::integral_constant<WeightFormat, WeightFormat::kAffine4>{});
+    case WeightFormat::kAffine8:
+      return f(std::integral_constant<WeightFormat, WeightFormat::kAffine8>{});
+    case WeightFormat::kBF16:
+      return f(std::integral_constant<WeightFormat, WeightFormat::kBF16>{});
+    default:
+      check(cudaErrorInvalidValue, error);
+  }
+}
 
 template <WeightFormat F>
 struct ChunkTraits;

@@ -137,19 +137,8 @@ void gemm(const GemmArgs& a, cudaStream_t stream) {
   const unsigned tiles = a.tiles ? static_cast<unsigned>(a.max_tiles) : blocks_for(a.n, kTile);
   if (tiles == 0) return;
   const dim3 grid(blocks_for(a.N, kTile), tiles);
-  switch (a.format) {
-    case WeightFormat::kAffine4:
-      gemm_kernel<WeightFormat::kAffine4><<<grid, kThreads, 0, stream>>>(a);
-      break;
-    case WeightFormat::kAffine8:
-      gemm_kernel<WeightFormat::kAffine8><<<grid, kThreads, 0, stream>>>(a);
-      break;
-    case WeightFormat::kBF16:
-      gemm_kernel<WeightFormat::kBF16><<<grid, kThreads, 0, stream>>>(a);
-      break;
-    default:
-      check(cudaErrorInvalidValue, "gemm: weights must be affine 4/8-bit or bf16 on the GPU");
-  }
+  with_device_format(a.format, "gemm: weights must be affine 4/8-bit or bf16 on the GPU",
+                     [&](auto f) { gemm_kernel<f.value><<<grid, kThreads, 0, stream>>>(a); });
   check_launch("gemm");
 }
 

@@ -166,19 +166,8 @@ void launch(const DeviceMatrix& m, const float* x, int64_t n, float* y, cudaStre
 
 void gemm_f32(const DeviceMatrix& m, const float* x, int64_t n, float* y, cudaStream_t stream) {
   if (n == 0) return;
-  switch (m.format) {
-    case WeightFormat::kAffine4:
-      launch<WeightFormat::kAffine4>(m, x, n, y, stream);
-      break;
-    case WeightFormat::kAffine8:
-      launch<WeightFormat::kAffine8>(m, x, n, y, stream);
-      break;
-    case WeightFormat::kBF16:
-      launch<WeightFormat::kBF16>(m, x, n, y, stream);
-      break;
-    default:
-      check(cudaErrorInvalidValue, "gemm_f32: weights must be affine 4/8-bit or bf16 on the GPU");
-  }
+  with_device_format(m.format, "gemm_f32: weights must be affine 4/8-bit or bf16 on the GPU",
+                     [&](auto f) { launch<f.value>(m, x, n, y, stream); });
   check_launch("gemm_f32");
 }
 

@@ -246,17 +246,8 @@ void launch(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
 
 template <int BM>
 void launch_format(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
-  switch (a.format) {
-    case WeightFormat::kAffine4:
-      launch<WeightFormat::kAffine4, BM>(a, row_tiles, stream);
-      break;
-    case WeightFormat::kAffine8:
-      launch<WeightFormat::kAffine8, BM>(a, row_tiles, stream);
-      break;
-    default:
-      launch<WeightFormat::kBF16, BM>(a, row_tiles, stream);
-      break;
-  }
+  with_device_format(a.format, "gemm_pipelined: weights must be affine 4/8-bit or bf16 on the GPU",
+                     [&](auto f) { launch<f.value, BM>(a, row_tiles, stream); });
 }
 
 }  // namespace

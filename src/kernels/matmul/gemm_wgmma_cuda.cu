@@ -366,17 +366,8 @@ void launch(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
 
 template <int BT>
 void launch_format(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
-  switch (a.format) {
-    case WeightFormat::kAffine4:
-      launch<WeightFormat::kAffine4, BT>(a, row_tiles, stream);
-      break;
-    case WeightFormat::kAffine8:
-      launch<WeightFormat::kAffine8, BT>(a, row_tiles, stream);
-      break;
-    default:
-      launch<WeightFormat::kBF16, BT>(a, row_tiles, stream);
-      break;
-  }
+  with_device_format(a.format, "gemm_wgmma: weights must be affine 4/8-bit or bf16 on the GPU",
+                     [&](auto f) { launch<f.value, BT>(a, row_tiles, stream); });
 }
 
 }  // namespace

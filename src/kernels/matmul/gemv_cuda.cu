@@ -188,16 +188,8 @@ void launch_format(const GemvArgs& a, cudaStream_t stream) {
 }  // namespace
 
 void gemv(const GemvArgs& a, cudaStream_t stream) {
-  switch (a.format) {
-    case WeightFormat::kAffine4:
-      return launch_format<WeightFormat::kAffine4>(a, stream);
-    case WeightFormat::kAffine8:
-      return launch_format<WeightFormat::kAffine8>(a, stream);
-    case WeightFormat::kBF16:
-      return launch_format<WeightFormat::kBF16>(a, stream);
-    default:
-      check(cudaErrorInvalidValue, "gemv: weights must be affine 4/8-bit or bf16 on the GPU");
-  }
+  with_device_format(a.format, "gemv: weights must be affine 4/8-bit or bf16 on the GPU",
+                     [&](auto f) { launch_format<f.value>(a, stream); });
 }
 
 }  // namespace qwick::cuda
