@@ -974,9 +974,10 @@ TEST(DeltaNet, ChunkedScanMatchesCpu) {
         const double err_o = rel_err(d_o.download(), o), err_s = rel_err(d_rec.download(), rec);
         fmt::print("chunked scan {:5} Hk {:2} Hv {:2} Dk {:3} Dv {:3} n {:3}: out {:.2e} state {:.2e}\n",
                    split ? "3xtf32" : "tf32", s.Hk, s.Hv, s.Dk, s.Dv, n, err_o, err_s);
-        const double bound = split ? 1e-4 : 5e-3;
-        EXPECT_LT(err_o, bound) << (split ? "3xtf32" : "tf32");
-        EXPECT_LT(err_s, bound) << (split ? "3xtf32" : "tf32");
+        // Split keeps the state near f32; the output's P·V' is plain tf32 either way.
+        const double bound_o = split ? 2e-3 : 5e-3, bound_s = split ? 1e-4 : 5e-3;
+        EXPECT_LT(err_o, bound_o) << (split ? "3xtf32" : "tf32");
+        EXPECT_LT(err_s, bound_s) << (split ? "3xtf32" : "tf32");
       }
     }
   }

@@ -4,17 +4,21 @@
 // chunks. With the spec's S (Dk × Dv) and, per chunk of L <= 64 rows with G_i = Σ_{j<=i} log decay_j,
 // D_ij = exp(G_i − G_j) for i >= j:
 //
-//   deltanet_chunk_prepare  a block per (chunk, key head), f32 CUDA cores, for each value head of
-//                           the key head: A = strict_lower((βK)Kᵀ ⊙ D), P = (QKᵀ) ⊙ D (lower, with
-//                           the diagonal), then W = (I+A)⁻¹(βK ⊙ e^G) and U = (I+A)⁻¹(βV) by forward
-//                           substitution, a thread per column of [W | U]
+//   deltanet_chunk_prepare  a block per (chunk, key head): QKᵀ and KKᵀ once on the tensor cores
+//                           (split as below), then for the value heads of the key
+//                           head, two at a time: A = strict_lower((βK)Kᵀ ⊙ D), P = (QKᵀ) ⊙ D
+//                           (lower, with the diagonal), W = (I+A)⁻¹(βK ⊙ e^G) and U = (I+A)⁻¹(βV)
+//                           by forward substitution on the CUDA cores, a thread per column of [W | U]
 //   deltanet_chunk_scan     a block per (value head, 32 state columns) walking the chunks in order,
 //                           the state slice f32 in mma accumulators, mma.sync m16n8k8 tf32:
 //                              V' = U − W S;  O = e^G ⊙ (Q S) + P V';
 //                              S  = e^{G_L} S + Kᵀ (e^{G_L − G} ⊙ V')
-//                           tf32 operands are split in a high and a low part (3 products: a_hi b_hi
-//                           + a_hi b_lo + a_lo b_hi), which keeps the f32 scan's accuracy;
-//                           `split_tf32 = false` is plain tf32 (about 3e-4 relative).
+//                           the products split their tf32 operands in a high and a low part (3
+//                           products: a_hi b_hi + a_hi b_lo + a_lo b_hi), which keeps the state at
+//                           the f32 scan's accuracy; P V' alone is plain tf32 (about 3e-4 relative,
+//                           below the bf16 rounding of the next matrix product's input, and not
+//                           carried to later chunks); `split_tf32 = false` makes every product of this
+//                           kernel plain.
 // Rows past the end of the last chunk act as β = 0, log decay = 0, zero q, k, v: they change nothing.
 //
 // Tests: tests/cuda/cuda_kernels_test.cpp (DeltaNet.ChunkedScanMatchesCpu) against deltanet_scan_head.

@@ -11,7 +11,8 @@
 // loaded; after the products they are stored (W dequantized to f32 and split) into the other buffer;
 // one barrier per slice. (With FFMA, 27 TFLOP/s, the router stage of a 4K prompt took 6.8 ms on the
 // H200; with the tensor cores and 32-wide slices 6.4 ms, the loop then waiting on its loads, one
-// slice ahead: hence slices of 64.) Matrices of fewer than 8 rows take a warp per output instead
+// slice ahead: hence slices of 64; 4.9 ms once the fragments came by ldmatrix and the tf32 rounding by
+// one integer add, tf32_mma.cuh.) Matrices of fewer than 8 rows take a warp per output instead
 // (dot_rows_kernel).
 //
 // Test: tests/cuda/cuda_kernels_test.cpp (GemmF32.*) against the CPU matmul at the GEMV's bound.
@@ -104,9 +105,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t k0 = 0; k0 < m.cols; k0 += kK) {
     const bool more = k0 + kK < m.cols;
     if (more) fetch(k0 + kK);
-    // B's element (k, output) is W[output][k]: k stride 1, output stride kLd.
-    warp_mma<1, 4, true>(acc, xs + buf * kXFloats + wm * kLd, kLd, 1, ws + buf * 2 * kWFloats + wn * kLd, 1,
-                         kLd, kWFloats, kK);
+    // B's element (k, output) is W[output][k]: n-major.
+    warp_mma<1, 4, true>(acc, RowMajorA{xs + buf * kXFloats + wm * kLd, kLd},
+                         ws + buf * 2 * kWFloats + wn * kLd, kLd, kWFloats, kK);
     if (more) stage(buf ^ 1);  // its last readers finished before the previous barrier
     __syncthreads();
     buf ^= 1;
