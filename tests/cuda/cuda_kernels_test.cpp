@@ -820,7 +820,7 @@ TEST(Norm, RmsNormGatedNormAndEmbedding) {
 // Conv, prepare and scan over several chunks (including 1-row decode steps) against the CPU
 // functions run over the same chunks, with the states carried on both sides; with the conv that
 // walks the rows and with the row-parallel one (prefill), and in the row-parallel pass the 1-row
-// steps go through the decode's fused deltanet_decode_prepare.
+// steps go through the decode's fused deltanet_decode_step.
 TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
@@ -842,6 +842,8 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
           rec(static_cast<size_t>(Vt * s.Dk), 0.0f);
       DeviceArray<float> d_conv_w(conv_w), d_a_neg(a_neg), d_dt(dt_bias), d_conv_state(conv_state),
           d_rec(rec);
+      const std::vector<int> no_readers(static_cast<size_t>(s.Hk), 0);
+      DeviceArray<int> d_readers(no_readers);
       for (int64_t n : {5, 1, 1, 130, 1, 64}) {
         SCOPED_TRACE(fmt::format("chunk of {}", n));
         const auto qkv = randn(static_cast<size_t>(n * C), rng);
@@ -879,22 +881,24 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
         cuda::DeltaNetConvArgs conv_args{d_qkv.data(),  C, n, C, d_conv_w.data(), K, d_conv_state.data(),
                                          d_conv.data(), C};
         conv_args.row_parallel = row_parallel;
-        if (n == 1 && row_parallel) {  // a decode step: conv and prepare fused
-          cuda::deltanet_decode_prepare({conv_args, s.Hk, s.Dk, s.Hv, d_b.data(), d_a.data(), d_a_neg.data(),
-                                         d_dt.data(), d_beta.data(), d_decay.data()},
-                                        nullptr);
+        if (n == 1 && row_parallel) {  // a decode step: conv, prepare and scan fused
+          cuda::deltanet_decode_step(
+              {conv_args, s.Hk, s.Dk, s.Hv, s.Dv, d_b.data(), d_a.data(), d_a_neg.data(), d_dt.data(),
+               d_rec.data(), d_o.data(), d_readers.data()},
+              nullptr);
+          EXPECT_EQ(d_readers.download(), no_readers);
         } else {
           cuda::deltanet_conv(conv_args, nullptr);
           cuda::deltanet_prepare({d_conv.data(), C, n, s.Hk, s.Dk, s.Hv, d_b.data(), d_a.data(), s.Hv,
                                   d_a_neg.data(), d_dt.data(), d_beta.data(), d_decay.data()},
                                  nullptr);
+          cuda::deltanet_scan({d_conv.data(), C, d_beta.data(), d_decay.data(), n, s.Hk, s.Hv, s.Dk, s.Dv,
+                               d_rec.data(), d_o.data(), Vt},
+                              nullptr);
+          EXPECT_LT(rel_err(d_conv.download(), conv), 1e-5);
+          EXPECT_LT(rel_err(d_beta.download(), beta), 1e-6);
+          EXPECT_LT(rel_err(d_decay.download(), decay), 1e-5);
         }
-        cuda::deltanet_scan({d_conv.data(), C, d_beta.data(), d_decay.data(), n, s.Hk, s.Hv, s.Dk, s.Dv,
-                             d_rec.data(), d_o.data(), Vt},
-                            nullptr);
-        EXPECT_LT(rel_err(d_conv.download(), conv), 1e-5);
-        EXPECT_LT(rel_err(d_beta.download(), beta), 1e-6);
-        EXPECT_LT(rel_err(d_decay.download(), decay), 1e-5);
         EXPECT_LT(rel_err(d_o.download(), o), 1e-4);
         EXPECT_LT(rel_err(d_conv_state.download(), conv_state), 1e-6);
         EXPECT_LT(rel_err(d_rec.download(), rec), 1e-4);

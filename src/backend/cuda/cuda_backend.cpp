@@ -47,6 +47,7 @@ struct DecodeScratch {
   float *x, *normed;                                // [H]
   float* proj;                                      // [4, proj_stride]: the stacked projections of a mixer
   float *conv, *beta, *decay, *dn_out, *dn_normed;  // DeltaNet
+  int32_t* dn_readers;                              // [Hk] deltanet_decode_step's window counts
   float *q, *partial, *att_out;                     // attention
   float* router;                                    // [E + 1]: router logits, then the shared gate logit
   int32_t* route_counter;                           // [1] the fused router's block count (moe_decode)
@@ -350,6 +351,7 @@ class CudaBackend final : public Backend {
       d_.decay = c.take<float>(u(cfg_.lin_n_v_heads));
       d_.dn_out = c.take<float>(u(cfg_.lin_v_total()));
       d_.dn_normed = c.take<float>(u(cfg_.lin_v_total()));
+      d_.dn_readers = c.take<int32_t>(u(cfg_.lin_n_k_heads));
       d_.q = c.take<float>(u(nq_hd));
       attention_splits_ = attention_decode_splits(cfg_.n_kv_heads);
       d_.partial = c.take<float>(u(cfg_.n_heads) * u(attention_splits_) * u(cfg_.head_dim + 2));
@@ -373,6 +375,9 @@ class CudaBackend final : public Backend {
     Carver real(decode_buf_.data());
     carve(real);
     check(cudaMemsetAsync(d_.route_counter, 0, sizeof(int32_t), stream_), "route counter");
+    check(
+        cudaMemsetAsync(d_.dn_readers, 0, sizeof(int32_t) * static_cast<size_t>(cfg_.lin_n_k_heads), stream_),
+        "deltanet window counts");
     check(cudaMemsetAsync(d_.sample_counter, 0, sizeof(int32_t), stream_), "sample counter");
     check(cudaMemcpyAsync(d_.sampling, &sampling_, sizeof sampling_, cudaMemcpyHostToDevice, stream_),
           "sampling");
@@ -677,18 +682,19 @@ class CudaBackend final : public Backend {
     const DeltaNetConvArgs conv{d_.proj,    0,       1, cfg_.conv_channels(), w.conv, cfg_.conv_kernel,
                                 conv_state, d_.conv, 0};
     if (fuse_) {
-      deltanet_decode_prepare({conv, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, d_.proj + 2 * ps,
-                               d_.proj + 3 * ps, w.a_neg, w.dt_bias, d_.beta, d_.decay},
-                              stream_);
+      deltanet_decode_step(
+          {conv, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, cfg_.lin_v_dim, d_.proj + 2 * ps,
+           d_.proj + 3 * ps, w.a_neg, w.dt_bias, rec_state, d_.dn_out, d_.dn_readers, overlap_},
+          stream_);
     } else {
       deltanet_conv(conv, stream_);
       deltanet_prepare({d_.conv, 0, 1, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads,
                         d_.proj + 2 * ps, d_.proj + 3 * ps, 0, w.a_neg, w.dt_bias, d_.beta, d_.decay},
                        stream_);
+      deltanet_scan({d_.conv, 0, d_.beta, d_.decay, 1, cfg_.lin_n_k_heads, cfg_.lin_n_v_heads, cfg_.lin_k_dim,
+                     cfg_.lin_v_dim, rec_state, d_.dn_out, 0},
+                    stream_);
     }
-    deltanet_scan({d_.conv, 0, d_.beta, d_.decay, 1, cfg_.lin_n_k_heads, cfg_.lin_n_v_heads, cfg_.lin_k_dim,
-                   cfg_.lin_v_dim, rec_state, d_.dn_out, 0},
-                  stream_);
     if (fuse_ && cfg_.lin_v_dim <= kGemvGatedNormMaxHead) {
       // out_proj · gated_norm(o, z): the per-head norm and the gate applied as the gemv reads o.
       GemvArgs a = gemv_args(w.out);

@@ -97,6 +97,13 @@ void launch_conv(const DeltaNetConvArgs& a, cudaStream_t stream) {
   }
 }
 
+// beta = sigmoid(b), decay = exp(-exp(A_log) · softplus(a + dt_bias)) of one value head.
+__device__ __forceinline__ void gates(float b, float a, float a_neg, float dt_bias, float& beta,
+                                      float& decay) {
+  beta = sigmoidf_(b);
+  decay = expf(a_neg * softplusf_(a + dt_bias));
+}
+
 // One block per row: a warp per q or k head, then the gates.
 __global__ void prepare_kernel(DeltaNetPrepareArgs a) {
   const int64_t t = blockIdx.x;
@@ -111,65 +118,55 @@ __global__ void prepare_kernel(DeltaNetPrepareArgs a) {
     const float scale = head < a.Hk ? q_scale : 1.0f;
     for (int i = lane; i < a.Dk; i += 32) x[i] = x[i] * inv * scale;
   }
-  for (int h = threadIdx.x; h < a.Hv; h += blockDim.x) {
-    a.beta[t * a.Hv + h] = sigmoidf_(a.b[t * a.ld_ba + h]);
-    a.decay[t * a.Hv + h] = expf(a.a_neg[h] * softplusf_(a.a[t * a.ld_ba + h] + a.dt_bias[h]));
-  }
-}
-
-// Conv + SiLU of one channel for one row, updating its window.
-template <int K>
-__device__ __forceinline__ float conv_one(const DeltaNetConvArgs& a, int64_t c) {
-  float acc = 0.0f, hist[K - 1];
-#pragma unroll
-  for (int j = 0; j < K - 1; ++j) hist[j] = a.state[j * a.C + c], acc += a.w[c * K + j] * hist[j];
-  const float x = a.in[c];
-  acc += a.w[c * K + K - 1] * x;
-#pragma unroll
-  for (int j = 0; j + 1 < K - 1; ++j) a.state[j * a.C + c] = hist[j + 1];
-  a.state[(K - 2) * a.C + c] = x;
-  return siluf_(acc);
-}
-
-constexpr int kPrepThreads = 128;
-
-template <int K>
-__global__ void __launch_bounds__(kPrepThreads) decode_prepare_kernel(DeltaNetDecodePrepArgs a) {
-  __shared__ float scratch[32];
-  const int qk_blocks = 2 * a.Hk;
-  if (static_cast<int>(blockIdx.x) < qk_blocks) {  // q head or k head: conv, then the L2 norm over the head
-    const int64_t c0 = static_cast<int64_t>(blockIdx.x) * a.Dk;
-    float v[4], ss = 0.0f;  // Dk <= 4 · kPrepThreads
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int d = threadIdx.x + i * kPrepThreads;
-      v[i] = d < a.Dk ? conv_one<K>(a.conv, c0 + d) : 0.0f;
-      ss += v[i] * v[i];
-    }
-    ss = block_sum(ss, scratch);
-    const float scale = (1.0f / sqrtf(ss + 1e-6f)) *
-                        (static_cast<int>(blockIdx.x) < a.Hk ? 1.0f / sqrtf(static_cast<float>(a.Dk)) : 1.0f);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int d = threadIdx.x + i * kPrepThreads;
-      if (d < a.Dk) a.conv.out[c0 + d] = v[i] * scale;
-    }
-    return;
-  }
-  const int vb = static_cast<int>(blockIdx.x) - qk_blocks;
-  const int64_t c =
-      static_cast<int64_t>(qk_blocks) * a.Dk + static_cast<int64_t>(vb) * kPrepThreads + threadIdx.x;
-  if (c < a.conv.C) a.conv.out[c] = conv_one<K>(a.conv, c);
-  if (vb == 0)
-    for (int h = threadIdx.x; h < a.Hv; h += kPrepThreads) {
-      a.beta[h] = sigmoidf_(a.b[h]);
-      a.decay[h] = expf(a.a_neg[h] * softplusf_(a.a[h] + a.dt_bias[h]));
-    }
+  for (int h = threadIdx.x; h < a.Hv; h += blockDim.x)
+    gates(a.b[t * a.ld_ba + h], a.a[t * a.ld_ba + h], a.a_neg[h], a.dt_bias[h], a.beta[t * a.Hv + h],
+          a.decay[t * a.Hv + h]);
 }
 
 constexpr int kScanRowsPerWarp = 8;
 constexpr int kScanWarps = 4;
 constexpr int kScanRowsPerBlock = kScanRowsPerWarp * kScanWarps;
+
+// One token through a warp's 8 state rows (EPL = Dk / 32 values per lane per row; lane l holds
+// elements l·EPL .. of q, k and of each row): u = decay·(S_j·k); S_j = decay·S_j + beta·(v_j − u)·k;
+// o_j = S_j·q. Returns o of row `lane` in lanes 0-7.
+template <int EPL>
+__device__ __forceinline__ float token_step(float (&S)[kScanRowsPerWarp][EPL], const float (&q)[EPL],
+                                            const float (&k)[EPL], const float (&v)[kScanRowsPerWarp],
+                                            float beta, float decay) {
+  const int lane = threadIdx.x & 31;
+  float sk[kScanRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kScanRowsPerWarp; ++r) {
+    sk[r] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) sk[r] += S[r][e] * k[e];
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int r = 0; r < kScanRowsPerWarp; ++r) sk[r] += __shfl_xor_sync(kFullMask, sk[r], o);
+  float out[kScanRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kScanRowsPerWarp; ++r) {
+    const float delta = beta * (v[r] - decay * sk[r]);
+    out[r] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) {
+      S[r][e] = decay * S[r][e] + delta * k[e];
+      out[r] += S[r][e] * q[e];
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int r = 0; r < kScanRowsPerWarp; ++r) out[r] += __shfl_xor_sync(kFullMask, out[r], o);
+  float mine = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kScanRowsPerWarp; ++r)
+    if (lane == r) mine = out[r];
+  return mine;
+}
 
 template <int EPL>  // state values per lane per row = Dk / 32
 __global__ void __launch_bounds__(kScanWarps * 32) scan_kernel(DeltaNetScanArgs a) {
@@ -208,43 +205,130 @@ __global__ void __launch_bounds__(kScanWarps * 32) scan_kernel(DeltaNetScanArgs 
     for (int r = 0; r < kScanRowsPerWarp; ++r) cv[r] = v[r];
     const float cbeta = beta, cdecay = decay;
     if (t + 1 < a.n) load(t + 1);
-
-    float sk[kScanRowsPerWarp];
-#pragma unroll
-    for (int r = 0; r < kScanRowsPerWarp; ++r) {
-      sk[r] = 0.0f;
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) sk[r] += S[r][e] * ck[e];
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-      for (int r = 0; r < kScanRowsPerWarp; ++r) sk[r] += __shfl_xor_sync(kFullMask, sk[r], o);
-    float out[kScanRowsPerWarp];
-#pragma unroll
-    for (int r = 0; r < kScanRowsPerWarp; ++r) {
-      const float delta = cbeta * (cv[r] - cdecay * sk[r]);
-      out[r] = 0.0f;
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) {
-        S[r][e] = cdecay * S[r][e] + delta * ck[e];
-        out[r] += S[r][e] * cq[e];
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-      for (int r = 0; r < kScanRowsPerWarp; ++r) out[r] += __shfl_xor_sync(kFullMask, out[r], o);
-    float mine = 0.0f;
-#pragma unroll
-    for (int r = 0; r < kScanRowsPerWarp; ++r)
-      if (lane == r) mine = out[r];
-    if (lane < kScanRowsPerWarp) a.out[t * a.ld_out + static_cast<int64_t>(h) * a.Dv + j0 + lane] = mine;
+    const float o = token_step<EPL>(S, cq, ck, cv, cbeta, cdecay);
+    if (lane < kScanRowsPerWarp) a.out[t * a.ld_out + static_cast<int64_t>(h) * a.Dv + j0 + lane] = o;
   }
 #pragma unroll
   for (int r = 0; r < kScanRowsPerWarp; ++r)
 #pragma unroll
     for (int e = 0; e < EPL; ++e) state[r * a.Dk + e] = S[r][e];
+}
+
+// Conv + SiLU of channel c for the decode row: reads the window (hist, oldest first) and the new input
+// x; conv_shift then moves the window on.
+template <int K>
+__device__ __forceinline__ float conv_read(const DeltaNetConvArgs& a, int64_t c, float (&hist)[K - 1],
+                                           float& x) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < K - 1; ++j) hist[j] = a.state[j * a.C + c], acc += a.w[c * K + j] * hist[j];
+  x = a.in[c];
+  acc += a.w[c * K + K - 1] * x;
+  return siluf_(acc);
+}
+template <int K>
+__device__ __forceinline__ void conv_shift(const DeltaNetConvArgs& a, int64_t c, const float (&hist)[K - 1],
+                                           float x) {
+#pragma unroll
+  for (int j = 0; j + 1 < K - 1; ++j) a.state[j * a.C + c] = hist[j + 1];
+  a.state[(K - 2) * a.C + c] = x;
+}
+
+constexpr int kMaxStepDk = 128;  // q and k of a key head staged in shared memory, one channel a thread
+
+// The decode step of one (value head, 32 state rows) block: conv + SiLU of its key head's q and k
+// channels and of its 32 value channels, the L2 norms, the gates, then token_step. The key head's
+// channels are read by every block of its value heads, so their window moves on only once all of
+// them have read it: each block counts itself in readers[kh] after its reads, and the last one
+// writes the window and resets the count. The value channels and the state rows are the block's own.
+template <int EPL, int K>
+__global__ void __launch_bounds__(kScanWarps * 32) decode_step_kernel(DeltaNetDecodeStepArgs a) {
+  constexpr int kThreads = kScanWarps * 32, kQkPerThread = kMaxStepDk / kThreads;
+  __shared__ float qs[kMaxStepDk], ks[kMaxStepDk], vs[kScanRowsPerBlock], scratch[32], beta_decay[2];
+  __shared__ bool last;
+  const int h = blockIdx.x, kh = h / (a.Hv / a.Hk), tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31, j0 = blockIdx.y * kScanRowsPerBlock;
+  const int64_t key_dim = int64_t{a.Hk} * a.Dk;
+
+  // The state rows first: their loads are the longest, and no kernel of this step writes them (with
+  // overlap they are requested while the input projection still runs).
+  let_next_kernel_start();
+  const int r0 = j0 + warp * kScanRowsPerWarp;
+  float* state = a.state + (int64_t{h} * a.Dv + r0) * a.Dk + lane * EPL;
+  float S[kScanRowsPerWarp][EPL];
+#pragma unroll
+  for (int r = 0; r < kScanRowsPerWarp; ++r)
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) S[r][e] = state[r * a.Dk + e];
+
+  wait_for_previous_kernel();  // the projections
+
+  float hist[2][kQkPerThread][K - 1], x[2][kQkPerThread], ss[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int qk = 0; qk < 2; ++qk)
+#pragma unroll
+    for (int i = 0; i < kQkPerThread; ++i) {
+      const int d = tid + i * kThreads;
+      if (d >= a.Dk) continue;
+      const float v = conv_read<K>(a.conv, qk * key_dim + int64_t{kh} * a.Dk + d, hist[qk][i], x[qk][i]);
+      (qk == 0 ? qs : ks)[d] = v;
+      ss[qk] += v * v;
+    }
+  if (tid < kScanRowsPerBlock) {
+    const int64_t c = 2 * key_dim + int64_t{h} * a.Dv + j0 + tid;
+    float vh[K - 1], vx;
+    vs[tid] = conv_read<K>(a.conv, c, vh, vx);
+    conv_shift<K>(a.conv, c, vh, vx);
+  }
+  if (tid == 0) gates(a.b[h], a.a[h], a.a_neg[h], a.dt_bias[h], beta_decay[0], beta_decay[1]);
+  // block_sum's barriers also order the staging above before the reads below.
+  const float q_scale = 1.0f / sqrtf(block_sum(ss[0], scratch) + 1e-6f) / sqrtf(static_cast<float>(a.Dk)),
+              k_scale = 1.0f / sqrtf(block_sum(ss[1], scratch) + 1e-6f);
+  // Every thread's window reads returned before the barriers above (their values are in qs and ks),
+  // so the block may count itself; the count comes back while the scan runs.
+  if (tid == 0) last = atomicAdd(a.readers + kh, 1) == (a.Hv / a.Hk) * static_cast<int>(gridDim.y) - 1;
+
+  float q[EPL], k[EPL], v[kScanRowsPerWarp];
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) q[e] = qs[lane * EPL + e] * q_scale, k[e] = ks[lane * EPL + e] * k_scale;
+#pragma unroll
+  for (int r = 0; r < kScanRowsPerWarp; ++r) v[r] = vs[warp * kScanRowsPerWarp + r];
+  const float o = token_step<EPL>(S, q, k, v, beta_decay[0], beta_decay[1]);
+  if (lane < kScanRowsPerWarp) a.out[int64_t{h} * a.Dv + r0 + lane] = o;
+#pragma unroll
+  for (int r = 0; r < kScanRowsPerWarp; ++r)
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) state[r * a.Dk + e] = S[r][e];
+
+  // The last block of the key head to count itself moves its q and k windows on.
+  __syncthreads();
+  if (!last) return;
+#pragma unroll
+  for (int qk = 0; qk < 2; ++qk)
+#pragma unroll
+    for (int i = 0; i < kQkPerThread; ++i) {
+      const int d = tid + i * kThreads;
+      if (d < a.Dk) conv_shift<K>(a.conv, qk * key_dim + int64_t{kh} * a.Dk + d, hist[qk][i], x[qk][i]);
+    }
+  if (tid == 0) a.readers[kh] = 0;
+}
+
+template <int EPL>
+void launch_decode_step(const DeltaNetDecodeStepArgs& a, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.Dv / kScanRowsPerBlock));
+  switch (a.conv.K) {
+    case 2:
+      return launch_kernel(decode_step_kernel<EPL, 2>, grid, dim3(kScanWarps * 32), 0, stream, a.overlap,
+                           "deltanet_decode_step", a);
+    case 3:
+      return launch_kernel(decode_step_kernel<EPL, 3>, grid, dim3(kScanWarps * 32), 0, stream, a.overlap,
+                           "deltanet_decode_step", a);
+    case 4:
+      return launch_kernel(decode_step_kernel<EPL, 4>, grid, dim3(kScanWarps * 32), 0, stream, a.overlap,
+                           "deltanet_decode_step", a);
+    default:
+      check(cudaErrorInvalidValue, "deltanet_decode_step: kernel size must be 2..4");
+  }
 }
 
 }  // namespace
@@ -273,26 +357,22 @@ void deltanet_prepare(const DeltaNetPrepareArgs& a, cudaStream_t stream) {
   check_launch("deltanet_prepare");
 }
 
-void deltanet_decode_prepare(const DeltaNetDecodePrepArgs& a, cudaStream_t stream) {
-  if (a.Dk > 4 * kPrepThreads || a.conv.n != 1)
-    check(cudaErrorInvalidValue, "deltanet_decode_prepare: shape");
-  const int64_t v_channels = a.conv.C - 2 * int64_t{a.Hk} * a.Dk;
-  const unsigned blocks =
-      static_cast<unsigned>(2 * a.Hk) + std::max(1u, blocks_for(v_channels, kPrepThreads));
-  switch (a.conv.K) {
-    case 2:
-      decode_prepare_kernel<2><<<blocks, kPrepThreads, 0, stream>>>(a);
+void deltanet_decode_step(const DeltaNetDecodeStepArgs& a, cudaStream_t stream) {
+  if (a.conv.n != 1 || a.Dv % kScanRowsPerBlock != 0 || a.Hk <= 0 || a.Hv % a.Hk != 0)
+    check(cudaErrorInvalidValue, "deltanet_decode_step: shape");
+  switch (a.Dk) {
+    case 32:
+      launch_decode_step<1>(a, stream);
       break;
-    case 3:
-      decode_prepare_kernel<3><<<blocks, kPrepThreads, 0, stream>>>(a);
+    case 64:
+      launch_decode_step<2>(a, stream);
       break;
-    case 4:
-      decode_prepare_kernel<4><<<blocks, kPrepThreads, 0, stream>>>(a);
+    case 128:
+      launch_decode_step<4>(a, stream);
       break;
     default:
-      check(cudaErrorInvalidValue, "deltanet_decode_prepare: kernel size must be 2..4");
+      check(cudaErrorInvalidValue, "deltanet_decode_step: Dk must be 32, 64 or 128");
   }
-  check_launch("deltanet_decode_prepare");
 }
 
 void deltanet_scan(const DeltaNetScanArgs& a, cudaStream_t stream) {

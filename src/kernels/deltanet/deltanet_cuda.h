@@ -53,21 +53,6 @@ struct DeltaNetPrepareArgs {
 };
 void deltanet_prepare(const DeltaNetPrepareArgs& a, cudaStream_t stream);
 
-// Decode (one row): deltanet_conv and deltanet_prepare in one launch, a block per q or k head (conv,
-// SiLU, L2 norm) and blocks of 128 value channels (conv, SiLU), the first of which also computes
-// the gates. Same results as the two kernels.
-struct DeltaNetDecodePrepArgs {
-  DeltaNetConvArgs conv;  // n = 1
-  int Hk, Dk, Hv;
-  const float* b;  // [Hv]
-  const float* a;
-  const float* a_neg;
-  const float* dt_bias;
-  float* beta;  // [Hv]
-  float* decay;
-};
-void deltanet_decode_prepare(const DeltaNetDecodePrepArgs& a, cudaStream_t stream);
-
 struct DeltaNetScanArgs {
   const float* qkv;  // normalised rows [n, ld]: q | k | v; value head h reads key head h / (Hv / Hk)
   int64_t ld;
@@ -80,5 +65,23 @@ struct DeltaNetScanArgs {
   int64_t ld_out;
 };
 void deltanet_scan(const DeltaNetScanArgs& a, cudaStream_t stream);
+
+// Decode (one row): deltanet_conv, deltanet_prepare and deltanet_scan in one launch, with the scan's
+// grid (a block per value head and 32 state rows); each block computes the conv, SiLU and L2 norms of
+// its key head's q and k (as every block of that key head does) and of its own 32 value channels, and
+// its head's gates. The three kernels' results, up to f32 rounding (the norms' sums).
+struct DeltaNetDecodeStepArgs {
+  DeltaNetConvArgs conv;  // n = 1; out unused
+  int Hk, Dk, Hv, Dv;     // as DeltaNetScanArgs
+  const float* b;         // [Hv]
+  const float* a;
+  const float* a_neg;
+  const float* dt_bias;
+  float* state;  // [Hv, Dv, Dk]
+  float* out;    // [Hv · Dv]
+  int* readers;  // [Hk] zero, and zero again after the launch: blocks done reading each key head's window
+  bool overlap = false;  // a programmatic dependent launch (launch_kernel)
+};
+void deltanet_decode_step(const DeltaNetDecodeStepArgs& a, cudaStream_t stream);
 
 }  // namespace qwick::cuda
