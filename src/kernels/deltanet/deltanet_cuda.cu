@@ -104,6 +104,11 @@ __device__ __forceinline__ void gates(float b, float a, float a_neg, float dt_bi
   decay = expf(a_neg * softplusf_(a + dt_bias));
 }
 
+// 1 / ‖x‖ for the L2 norm of a q or k head, from Σ x² (the CPU's l2_norm eps).
+__device__ __forceinline__ float inv_l2(float sumsq) {
+  return 1.0f / sqrtf(sumsq + 1e-6f);
+}
+
 // One block per row: a warp per q or k head, then the gates.
 __global__ void prepare_kernel(DeltaNetPrepareArgs a) {
   const int64_t t = blockIdx.x;
@@ -114,7 +119,7 @@ __global__ void prepare_kernel(DeltaNetPrepareArgs a) {
     float ss = 0.0f;
     for (int i = lane; i < a.Dk; i += 32) ss += x[i] * x[i];
     ss = warp_sum(ss);
-    const float inv = 1.0f / sqrtf(ss + 1e-6f);
+    const float inv = inv_l2(ss);
     const float scale = head < a.Hk ? q_scale : 1.0f;
     for (int i = lane; i < a.Dk; i += 32) x[i] = x[i] * inv * scale;
   }
@@ -126,6 +131,28 @@ __global__ void prepare_kernel(DeltaNetPrepareArgs a) {
 constexpr int kScanRowsPerWarp = 8;
 constexpr int kScanWarps = 4;
 constexpr int kScanRowsPerBlock = kScanRowsPerWarp * kScanWarps;
+
+// A warp's 8 rows of value head h's state [Dv, Dk] from row j0, lane l's EPL elements from l·EPL:
+// where they are, loaded into and stored from registers.
+template <int EPL>
+__device__ __forceinline__ float* state_rows(float* state, int Dv, int Dk, int h, int j0) {
+  const int lane = threadIdx.x & 31;
+  return state + (static_cast<int64_t>(h) * Dv + j0) * Dk + lane * EPL;
+}
+template <int EPL>
+__device__ __forceinline__ void load_rows(const float* state, int Dk, float (&S)[kScanRowsPerWarp][EPL]) {
+#pragma unroll
+  for (int r = 0; r < kScanRowsPerWarp; ++r)
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) S[r][e] = state[r * Dk + e];
+}
+template <int EPL>
+__device__ __forceinline__ void store_rows(float* state, int Dk, const float (&S)[kScanRowsPerWarp][EPL]) {
+#pragma unroll
+  for (int r = 0; r < kScanRowsPerWarp; ++r)
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) state[r * Dk + e] = S[r][e];
+}
 
 // One token through a warp's 8 state rows (EPL = Dk / 32 values per lane per row; lane l holds
 // elements l·EPL .. of q, k and of each row): u = decay·(S_j·k); S_j = decay·S_j + beta·(v_j − u)·k;
@@ -177,13 +204,9 @@ __global__ void __launch_bounds__(kScanWarps * 32) scan_kernel(DeltaNetScanArgs 
   const int64_t q_off = static_cast<int64_t>(kh) * a.Dk + lane * EPL;
   const int64_t k_off = key_dim + q_off;
   const int64_t v_off = 2 * key_dim + static_cast<int64_t>(h) * a.Dv + j0;
-  float* state = a.state + (static_cast<int64_t>(h) * a.Dv + j0) * a.Dk + lane * EPL;
-
+  float* state = state_rows<EPL>(a.state, a.Dv, a.Dk, h, j0);
   float S[kScanRowsPerWarp][EPL];
-#pragma unroll
-  for (int r = 0; r < kScanRowsPerWarp; ++r)
-#pragma unroll
-    for (int e = 0; e < EPL; ++e) S[r][e] = state[r * a.Dk + e];
+  load_rows<EPL>(state, a.Dk, S);
 
   // Inputs of token t, loaded one token ahead.
   float q[EPL], k[EPL], v[kScanRowsPerWarp], beta = 0.0f, decay = 0.0f;
@@ -208,10 +231,7 @@ __global__ void __launch_bounds__(kScanWarps * 32) scan_kernel(DeltaNetScanArgs 
     const float o = token_step<EPL>(S, cq, ck, cv, cbeta, cdecay);
     if (lane < kScanRowsPerWarp) a.out[t * a.ld_out + static_cast<int64_t>(h) * a.Dv + j0 + lane] = o;
   }
-#pragma unroll
-  for (int r = 0; r < kScanRowsPerWarp; ++r)
-#pragma unroll
-    for (int e = 0; e < EPL; ++e) state[r * a.Dk + e] = S[r][e];
+  store_rows<EPL>(state, a.Dk, S);
 }
 
 // Conv + SiLU of channel c for the decode row: reads the window (hist, oldest first) and the new input
@@ -254,12 +274,9 @@ __global__ void __launch_bounds__(kScanWarps * 32) decode_step_kernel(DeltaNetDe
   // overlap they are requested while the input projection still runs).
   let_next_kernel_start();
   const int r0 = j0 + warp * kScanRowsPerWarp;
-  float* state = a.state + (int64_t{h} * a.Dv + r0) * a.Dk + lane * EPL;
+  float* state = state_rows<EPL>(a.state, a.Dv, a.Dk, h, r0);
   float S[kScanRowsPerWarp][EPL];
-#pragma unroll
-  for (int r = 0; r < kScanRowsPerWarp; ++r)
-#pragma unroll
-    for (int e = 0; e < EPL; ++e) S[r][e] = state[r * a.Dk + e];
+  load_rows<EPL>(state, a.Dk, S);
 
   wait_for_previous_kernel();  // the projections
 
@@ -282,8 +299,8 @@ __global__ void __launch_bounds__(kScanWarps * 32) decode_step_kernel(DeltaNetDe
   }
   if (tid == 0) gates(a.b[h], a.a[h], a.a_neg[h], a.dt_bias[h], beta_decay[0], beta_decay[1]);
   // block_sum's barriers also order the staging above before the reads below.
-  const float q_scale = 1.0f / sqrtf(block_sum(ss[0], scratch) + 1e-6f) / sqrtf(static_cast<float>(a.Dk)),
-              k_scale = 1.0f / sqrtf(block_sum(ss[1], scratch) + 1e-6f);
+  const float q_scale = inv_l2(block_sum(ss[0], scratch)) / sqrtf(static_cast<float>(a.Dk)),
+              k_scale = inv_l2(block_sum(ss[1], scratch));
   // Every thread's window reads returned before the barriers above (their values are in qs and ks),
   // so the block may count itself; the count comes back while the scan runs.
   if (tid == 0) last = atomicAdd(a.readers + kh, 1) == (a.Hv / a.Hk) * static_cast<int>(gridDim.y) - 1;
@@ -295,10 +312,7 @@ __global__ void __launch_bounds__(kScanWarps * 32) decode_step_kernel(DeltaNetDe
   for (int r = 0; r < kScanRowsPerWarp; ++r) v[r] = vs[warp * kScanRowsPerWarp + r];
   const float o = token_step<EPL>(S, q, k, v, beta_decay[0], beta_decay[1]);
   if (lane < kScanRowsPerWarp) a.out[int64_t{h} * a.Dv + r0 + lane] = o;
-#pragma unroll
-  for (int r = 0; r < kScanRowsPerWarp; ++r)
-#pragma unroll
-    for (int e = 0; e < EPL; ++e) state[r * a.Dk + e] = S[r][e];
+  store_rows<EPL>(state, a.Dk, S);
 
   // The last block of the key head to count itself moves its q and k windows on.
   __syncthreads();
