@@ -38,10 +38,12 @@ struct BackendOptions {
   // routing, SwiGLU, the expert combine and the DeltaNet prep as kernels of their own), "overlap" (no
   // programmatic dependent launch). Prefill: "gemm" (the simple GEMM kernel instead of the pipelined
   // one), "conv" (DeltaNet conv walking the rows of a chunk in turn), "router" (a GEMV per row instead
-  // of one f32 GEMM for chunks of 4096 rows), "attention-pipeline" (flash prefill loading each key
-  // tile, then computing it, instead of streaming the next one in meanwhile), "attention" (the first
-  // flash prefill: also V transposed at load instead of read with ldmatrix.trans), "chunked-scan" (the
-  // DeltaNet token scan for every chunk instead of the chunked WY form from 64 rows on).
+  // of one f32 GEMM for chunks of 4096 rows), "attention-wgmma" (flash prefill on mma.sync instead of
+  // warpgroup products, each head loading its own key tiles), "attention-pipeline" (the mma.sync flash
+  // prefill loading each key tile, then computing it, instead of streaming the next one in meanwhile),
+  // "attention" (the first flash prefill: also V transposed at load instead of read with
+  // ldmatrix.trans), "chunked-scan" (the DeltaNet token scan for every chunk instead of the chunked WY
+  // form from 64 rows on).
   std::string cuda_off;
 };
 

@@ -72,6 +72,27 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// mbarrier: an arrival counter in shared memory (8 bytes) whose phase completes when `count`
+// arrivals have come, then starts over; waits name the parity of the phase they wait for.
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// One arrival, made once every cp.async this thread issued before it has landed.
+__device__ __forceinline__ void cp_async_mbarrier_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
 // Four 8×8 bf16 matrices from shared memory: lanes 8i .. 8i+7 give the 16-byte rows of matrix i, and
 // lane 4g + t receives row g, elements 2t, 2t+1 of each (.trans: column g, elements 2t, 2t+1).
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) {

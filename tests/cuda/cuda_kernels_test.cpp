@@ -1133,9 +1133,10 @@ TEST(Attention, DecodeMatchesAttend) {
 TEST(Attention, PrefillMatchesAttendPerRow) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
-  for (const AttnShape s :
-       {AttnShape{16, 2, 256}, AttnShape{4, 2, 32}, AttnShape{8, 2, 128}, AttnShape{4, 1, 64}}) {
-    for (auto [pos0, n] : {std::pair<int64_t, int64_t>{0, 1}, {0, 100}, {37, 64}, {300, 130}, {2000, 3}}) {
+  for (const AttnShape s : {AttnShape{16, 2, 256}, AttnShape{4, 2, 32}, AttnShape{8, 2, 128},
+                            AttnShape{4, 1, 64}, AttnShape{3, 3, 128}, AttnShape{2, 2, 256}}) {
+    for (auto [pos0, n] :
+         {std::pair<int64_t, int64_t>{0, 1}, {0, 100}, {37, 64}, {300, 130}, {2000, 3}, {64, 200}}) {
       SCOPED_TRACE(fmt::format("{}/{} heads x {}, rows [{}, {})", s.nq, s.nkv, s.hd, pos0, pos0 + n));
       const int64_t cap = pos0 + n, q_stride = 2 * s.hd, ld_gate = s.nq * q_stride;
       const HostCache cache = random_cache(s, cap, rng);
@@ -1154,7 +1155,8 @@ TEST(Attention, PrefillMatchesAttendPerRow) {
           for (int d = 0; d < s.hd; ++d)
             o[d] *= sigmoid(gate[static_cast<size_t>(t * ld_gate + h * q_stride + s.hd + d)]);
         }
-      for (auto [variant, name] : {std::pair{cuda::AttentionPrefillVariant::kPipelined, "pipelined"},
+      for (auto [variant, name] : {std::pair{cuda::AttentionPrefillVariant::kWgmma, "wgmma"},
+                                   std::pair{cuda::AttentionPrefillVariant::kPipelined, "pipelined"},
                                    std::pair{cuda::AttentionPrefillVariant::kLdmatrix, "ldmatrix"},
                                    std::pair{cuda::AttentionPrefillVariant::kTransposed, "V transposed"}}) {
         SCOPED_TRACE(name);
@@ -1167,6 +1169,39 @@ TEST(Attention, PrefillMatchesAttendPerRow) {
         EXPECT_LT(rel_err(from_bf16(out.download()), ref), 1.5e-2);
       }
     }
+  }
+}
+
+// Prefill attention speed at the real shape (16 query heads, 2 kv heads of 256) for a 4096-row chunk
+// at three context lengths, the wgmma and mma.sync kernels (prints; asserts nothing).
+TEST(Attention, PrefillTiming) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  const AttnShape s{16, 2, 256};
+  const int64_t n = 4096, cap = 131072;
+  // Values do not change the speed: one random block repeated over the cache.
+  const auto block = to_bf16(randn(size_t{1} << 20, rng));
+  auto tiled = [&](int64_t size) {
+    std::vector<uint16_t> v(static_cast<size_t>(size));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = block[i & (block.size() - 1)];
+    return v;
+  };
+  const auto cache = tiled(s.nkv * cap * s.hd);
+  DeviceArray<uint16_t> kc(cache), vc(cache), dq(tiled(n * s.nq * s.hd)),
+      out(static_cast<size_t>(n * s.nq * s.hd));
+  fmt::print("{:>8} {:>16} {:>16}   (us per call, TFLOP/s; 4096 rows)\n", "context", "wgmma", "pipelined");
+  for (const int64_t pos0 : {int64_t{0}, int64_t{28672}, cap - n}) {
+    const double flop =
+        4.0 * s.nq * s.hd * (static_cast<double>(n) * pos0 + 0.5 * static_cast<double>(n) * (n + 1));
+    fmt::print("{:>8}", pos0 + n);
+    for (auto variant : {cuda::AttentionPrefillVariant::kWgmma, cuda::AttentionPrefillVariant::kPipelined}) {
+      cuda::AttentionPrefillArgs args{dq.data(), kc.data(), vc.data(), cap,     n, pos0, s.nq,
+                                      s.nkv,     s.hd,      0.0625f,   nullptr, 0, 0,    out.data()};
+      args.variant = variant;
+      const double us = median_us([&] { cuda::attention_prefill(args, nullptr); }, 3);
+      fmt::print(" {:>9.0f} {:>6.1f}", us, flop / us * 1e-6);
+    }
+    fmt::print("\n");
   }
 }
 

@@ -247,6 +247,8 @@ class CudaBackend final : public Backend {
         row_parallel_conv_ = false;
       else if (name == "router")
         router_gemm_ = false;
+      else if (name == "attention-wgmma" && attention_ == AttentionPrefillVariant::kWgmma)
+        attention_ = AttentionPrefillVariant::kPipelined;
       else if (name == "attention-pipeline" && attention_ != AttentionPrefillVariant::kTransposed)
         attention_ = AttentionPrefillVariant::kLdmatrix;
       else if (name == "attention")
@@ -256,7 +258,7 @@ class CudaBackend final : public Backend {
       else if (!name.empty())
         fail(
             "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, gemv-rows, "
-            "wgmma, gemm, conv, router, attention-pipeline, attention, chunked-scan)",
+            "wgmma, gemm, conv, router, attention-wgmma, attention-pipeline, attention, chunked-scan)",
             name);
       begin = end + 1;
     }
@@ -1056,7 +1058,7 @@ class CudaBackend final : public Backend {
   bool row_parallel_conv_ = true;
   bool router_gemm_ = true;
   bool chunked_scan_ = true;
-  AttentionPrefillVariant attention_ = AttentionPrefillVariant::kPipelined;
+  AttentionPrefillVariant attention_ = AttentionPrefillVariant::kWgmma;
   bool q8_;  // BackendOptions::device_int8, unless exact
   StageTimer timer_;
   cudaStream_t stream_ = nullptr;

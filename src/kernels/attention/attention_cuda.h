@@ -11,8 +11,11 @@
 //                      unnormalised output) per range, then a combine that also applies the sigmoid
 //                      output gate. The context length comes from the device (graph replays).
 //   attention_prefill  causal attention of a chunk's rows (positions pos0 ..) over the cache on the
-//                      tensor cores (flash-attention 2 layout: 64 query rows of one head per block,
-//                      64-key tiles, online softmax, P·V from registers), output gate fused, bf16 out.
+//                      tensor cores (flash attention: 64 query rows per head, 64-key tiles, online
+//                      softmax, P·V from registers), output gate fused, bf16 out. By default on
+//                      warpgroup products with the heads of a kv head sharing its tiles
+//                      (attention_prefill_wgmma_cuda.cu); the mma.sync variants in
+//                      attention_prefill_cuda.cu.
 //
 // Tests: tests/cuda/cuda_kernels_test.cpp (Attention.*) against rms_norm/apply_rope and `attend`.
 #pragma once
@@ -66,7 +69,7 @@ struct AttentionDecodeArgs {
 int attention_decode_splits(int n_kv_heads);
 void attention_decode(const AttentionDecodeArgs& a, cudaStream_t stream);
 
-enum class AttentionPrefillVariant { kPipelined, kLdmatrix, kTransposed };
+enum class AttentionPrefillVariant { kWgmma, kPipelined, kLdmatrix, kTransposed };
 struct AttentionPrefillArgs {
   const uint16_t* q;  // [n, n_heads, head_dim] bf16
   const uint16_t* k_cache;
@@ -78,8 +81,9 @@ struct AttentionPrefillArgs {
   const float* gate;  // row t, head h: gate + t·ld_gate + h·gate_stride; null: no output gate
   int64_t ld_gate, gate_stride;
   uint16_t* out;  // [n, n_heads · head_dim] bf16
-  // Older variants are kept for ablations (attention_prefill_cuda.cu says what each does).
-  AttentionPrefillVariant variant = AttentionPrefillVariant::kPipelined;
+  // Older variants are kept for ablations (attention_prefill_cuda.cu says what each does); kWgmma
+  // takes head_dim 64, 128 and 256 and runs kPipelined for 32.
+  AttentionPrefillVariant variant = AttentionPrefillVariant::kWgmma;
 };
 void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t stream);
 

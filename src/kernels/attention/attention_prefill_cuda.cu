@@ -1,4 +1,5 @@
-// Prefill attention on the tensor cores (contract in attention_cuda.h), flash-attention 2 layout.
+// Prefill attention on the tensor cores (contract in attention_cuda.h), flash-attention 2 layout on
+// mma.sync; the default variant, on warpgroup products, is attention_prefill_wgmma_cuda.cu.
 //
 // Block (query head h, 64 rows of the chunk), 4 warps of 16 rows. Shared memory, bf16, rows padded
 // by 8 elements: Qs [64][HD], Ks [keys][HD] and V, in one of three variants (attention_cuda.h):
@@ -17,6 +18,7 @@
 // Rows past the chunk load zeros and are not written. The sigmoid output gate is applied at the end.
 // Fragment layouts as in kernels/matmul/gemm_cuda.cu.
 #include "kernels/attention/attention_cuda.h"
+#include "kernels/attention/attention_prefill_wgmma.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
 #include "kernels/tensor_core.cuh"
@@ -237,6 +239,7 @@ void launch_variant(const AttentionPrefillArgs& a, cudaStream_t stream) {
 template <int HD>
 void launch(const AttentionPrefillArgs& a, cudaStream_t stream) {
   switch (a.variant) {
+    case AttentionPrefillVariant::kWgmma:
     case AttentionPrefillVariant::kPipelined:
       launch_variant<HD, kPipelined>(a, stream);
       break;
@@ -253,6 +256,11 @@ void launch(const AttentionPrefillArgs& a, cudaStream_t stream) {
 
 void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
+  if (a.variant == AttentionPrefillVariant::kWgmma && attention_prefill_wgmma_supports(a)) {
+    attention_prefill_wgmma(a, stream);
+    check_launch("attention_prefill");
+    return;
+  }
   switch (a.head_dim) {
     case 32:
       launch<32>(a, stream);
