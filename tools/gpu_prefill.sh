@@ -4,12 +4,12 @@
 # per lever switched off (--cuda-off), for the ablation table in docs/performance.md.
 #   tools/gpu_prefill.sh BIN_DIR [LENGTHS] [LEVERS]
 # BIN_DIR holds qwick, cuda_kernels_test and optionally cuda_backend_test (built here or carried; a lib/ beside them is put on
-# LD_LIBRARY_PATH). LENGTHS default 512,4K,32K; LEVERS (space separated) default "gemm".
+# LD_LIBRARY_PATH). LENGTHS default 512,4K,32K; LEVERS (space separated) default every prefill lever.
 # Logs go to $OUT (default gpu-out); a short summary is printed last.
 set -uo pipefail
 bin=$(cd "$1" && pwd)
 lengths=${2:-512,4K,32K}
-levers=${3:-gemm conv router attention-pipeline attention}
+levers=${3:-wgmma gemm router chunked-scan conv attention-wgmma attention-pipeline attention}
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

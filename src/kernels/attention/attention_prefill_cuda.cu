@@ -18,6 +18,7 @@
 // Rows past the chunk load zeros and are not written. The sigmoid output gate is applied at the end.
 // Fragment layouts as in kernels/matmul/gemm_cuda.cu.
 #include "kernels/attention/attention_cuda.h"
+#include "kernels/attention/attention_prefill_out.cuh"
 #include "kernels/attention/attention_prefill_wgmma.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
@@ -200,27 +201,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionPrefillArgs 
     if constexpr (V == kPipelined) __syncthreads();  // done with this buffer before it is refilled
   }
 
-#pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    l0 += __shfl_xor_sync(kFullMask, l0, off);
-    l1 += __shfl_xor_sync(kFullMask, l1, off);
-  }
-  const int64_t rows[2] = {t0 + warp * 16 + g, t0 + warp * 16 + g + 8};
-  const float inv[2] = {1.0f / l0, 1.0f / l1};
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t t = rows[half];
-    if (t >= a.n) continue;
-    uint16_t* out = a.out + (t * a.n_heads + h) * HD;
-    const float* gate = a.gate ? a.gate + t * a.ld_gate + h * a.gate_stride : nullptr;
-#pragma unroll
-    for (int nt = 0; nt < HD / 8; ++nt) {
-      const int d = nt * 8 + 2 * tq;
-      float v0 = o[nt][2 * half] * inv[half], v1 = o[nt][2 * half + 1] * inv[half];
-      if (gate) v0 *= sigmoidf_(gate[d]), v1 *= sigmoidf_(gate[d + 1]);
-      *reinterpret_cast<uint32_t*>(out + d) = pack_bf16x2(v0, v1);
-    }
-  }
+  store_prefill_rows<HD>(a, h, t0 + warp * 16, reinterpret_cast<const float(&)[HD / 2]>(o), l0, l1);
 }
 
 template <int HD, Variant V>

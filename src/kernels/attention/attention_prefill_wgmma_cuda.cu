@@ -17,6 +17,7 @@
 //                   MN-major B operand straight from its row-major tile: m64n{HD}k16; issued with
 //                   the next tile's S = Q·Kᵀ, so the softmax of one overlaps the other's product
 // The sigmoid output gate is applied at the end; rows past the chunk load zeros and are not written.
+#include "kernels/attention/attention_prefill_out.cuh"
 #include "kernels/attention/attention_prefill_wgmma.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
@@ -250,27 +251,7 @@ __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(AttentionPref
   wgmma_wait<0>();
   wgmma_fence_operands(o);
 
-#pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    l0 += __shfl_xor_sync(kFullMask, l0, off);
-    l1 += __shfl_xor_sync(kFullMask, l1, off);
-  }
-  const int rows[2] = {t0 + warp * 16 + g, t0 + warp * 16 + g + 8};
-  const float inv[2] = {1.0f / l0, 1.0f / l1};
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t row = rows[half];
-    if (row >= n) continue;
-    uint16_t* out = a.out + (row * a.n_heads + h) * HD;
-    const float* gate = a.gate ? a.gate + row * a.ld_gate + h * a.gate_stride : nullptr;
-#pragma unroll
-    for (int jb = 0; jb < HD / 8; ++jb) {
-      const int d = jb * 8 + 2 * t;
-      float v0 = o[4 * jb + 2 * half] * inv[half], v1 = o[4 * jb + 2 * half + 1] * inv[half];
-      if (gate) v0 *= sigmoidf_(gate[d]), v1 *= sigmoidf_(gate[d + 1]);
-      *reinterpret_cast<uint32_t*>(out + d) = pack_bf16x2(v0, v1);
-    }
-  }
+  store_prefill_rows<HD>(a, h, t0 + warp * 16, o, l0, l1);
 }
 
 template <int HD, int G>
