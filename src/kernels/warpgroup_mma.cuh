@@ -29,17 +29,12 @@ __device__ __forceinline__ uint32_t swizzle128(int row, int chunk) {
   return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
 }
 
-// Descriptor of a swizzled K-major tile starting at shared address `addr` (1024-byte aligned, plus
-// 32 bytes per k16 step): leading byte offset unused (1), stride 1024 bytes, 128-byte swizzle. Built
+// Descriptor of a swizzled tile starting at shared address `addr` (1024-byte aligned, plus 32 bytes
+// per k16 step when K-major): stride 1024 bytes, 128-byte swizzle, and the leading byte offset, which
+// K-major tiles leave unused (16) and MN-major B reads as the distance of its 64-wide n slabs. Built
 // from 32-bit halves: the high one is a constant.
-__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr) {
-  const uint32_t lo = ((addr & 0x3ffff) >> 4) | (1u << 16), hi = (1024 >> 4) | (1u << 30);
-  return static_cast<uint64_t>(hi) << 32 | lo;
-}
-
-// The same tile read as MN-major B: 64-wide n slabs `slab_bytes` apart.
-__device__ __forceinline__ uint64_t wgmma_desc_mn(uint32_t addr, uint32_t slab_bytes) {
-  const uint32_t lo = ((addr & 0x3ffff) >> 4) | ((slab_bytes >> 4) << 16), hi = (1024 >> 4) | (1u << 30);
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr, uint32_t leading_bytes = 16) {
+  const uint32_t lo = ((addr & 0x3ffff) >> 4) | ((leading_bytes >> 4) << 16), hi = (1024 >> 4) | (1u << 30);
   return static_cast<uint64_t>(hi) << 32 | lo;
 }
 

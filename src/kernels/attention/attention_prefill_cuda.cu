@@ -237,8 +237,7 @@ void launch(const AttentionPrefillArgs& a, cudaStream_t stream) {
 
 void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
-  if (a.variant == AttentionPrefillVariant::kWgmma && attention_prefill_wgmma_supports(a)) {
-    attention_prefill_wgmma(a, stream);
+  if (a.variant == AttentionPrefillVariant::kWgmma && attention_prefill_wgmma(a, stream)) {
     check_launch("attention_prefill");
     return;
   }

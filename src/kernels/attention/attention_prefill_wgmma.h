@@ -1,12 +1,12 @@
-// The warpgroup-product (sm_90a) kernel behind attention_prefill's default variant; attention_prefill
-// dispatches to it for the head sizes it takes and falls back to the pipelined mma.sync kernel.
+// The warpgroup-product (sm_90a) kernel behind attention_prefill's default variant: it takes head_dim
+// 64, 128 and 256 and returns false, launching nothing, for any other (attention_prefill then runs
+// the pipelined mma.sync kernel).
 #pragma once
 
 #include "kernels/attention/attention_cuda.h"
 
 namespace qwick::cuda {
 
-bool attention_prefill_wgmma_supports(const AttentionPrefillArgs& a);  // head_dim 64, 128 or 256
-void attention_prefill_wgmma(const AttentionPrefillArgs& a, cudaStream_t stream);
+bool attention_prefill_wgmma(const AttentionPrefillArgs& a, cudaStream_t stream);
 
 }  // namespace qwick::cuda

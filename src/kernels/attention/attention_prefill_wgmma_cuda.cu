@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(AttentionPref
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // m in units of scale2
   uint32_t p[4][4];                                            // P of the previous tile, bf16 pairs
   auto pv = [&](int tile) {
-    const uint64_t v_desc = wgmma_desc_mn(v_tile(tile), L::kSlabBytes);
+    const uint64_t v_desc = wgmma_desc(v_tile(tile), L::kSlabBytes);
 #pragma unroll
     for (int ks16 = 0; ks16 < 4; ++ks16) pv_product<HD>(o, p[ks16], wgmma_desc_advance(v_desc, ks16 * 2048));
     wgmma_commit();
@@ -278,21 +278,19 @@ void launch_heads(const AttentionPrefillArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-bool attention_prefill_wgmma_supports(const AttentionPrefillArgs& a) {
-  return a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256;
-}
-
-void attention_prefill_wgmma(const AttentionPrefillArgs& a, cudaStream_t stream) {
+bool attention_prefill_wgmma(const AttentionPrefillArgs& a, cudaStream_t stream) {
   switch (a.head_dim) {
     case 64:
       launch_heads<64>(a, stream);
-      break;
+      return true;
     case 128:
       launch_heads<128>(a, stream);
-      break;
-    default:
+      return true;
+    case 256:
       launch_heads<256>(a, stream);
-      break;
+      return true;
+    default:
+      return false;
   }
 }
 
