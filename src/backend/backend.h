@@ -43,7 +43,9 @@ struct BackendOptions {
   // prefill loading each key tile, then computing it, instead of streaming the next one in meanwhile),
   // "attention" (the first flash prefill: also V transposed at load instead of read with
   // ldmatrix.trans), "chunked-scan" (the DeltaNet token scan for every chunk instead of the chunked WY
-  // form from 64 rows on).
+  // form from 64 rows on), "down-bf16" (the routed experts' down projection written in f32 instead of
+  // bf16 for the combine), "in-proj-stack" (the mixer's input projections as one GEMM per matrix
+  // instead of one over their stacked rows).
   std::string cuda_off;
 };
 

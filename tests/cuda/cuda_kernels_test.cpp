@@ -566,36 +566,47 @@ TEST(Moe, GroupingGroupedGemmAndCombine) {
             cuda::gemm(a, nullptr);
             cuda::swiglu(gu.data(), gu.data() + I, 2 * I, pairs, I, act.data(), I, true, nullptr);
           }
-          cuda::gemm(b, nullptr);
-          const auto shared = randn(static_cast<size_t>(n * H), rng);
-          const auto shared_logit = randn(static_cast<size_t>(n), rng);
-          const auto hidden0 = randn(static_cast<size_t>(n * H), rng);
-          DeviceArray<float> dshared(shared), dsl(shared_logit), dhidden(hidden0), dweights(weights);
-          cuda::moe_combine({dhidden.data(), n, H, k, dweights.data(), slot_of.data(), down.data(), H,
-                             dshared.data(), H, dsl.data(), 1},
-                            nullptr);
+          // The down projection's rows in f32, or in bf16 (GemmArgs::y16) as the combine then reads them.
+          for (const bool bf16_down : {false, true}) {
+            SCOPED_TRACE(bf16_down ? "bf16 down rows" : "f32 down rows");
+            uint16_t* const down16 = bf16_down ? reinterpret_cast<uint16_t*>(down.data()) : nullptr;
+            if (down16) b.y = nullptr, b.y16 = down16;
+            cuda::gemm(b, nullptr);
+            const auto shared = randn(static_cast<size_t>(n * H), rng);
+            const auto shared_logit = randn(static_cast<size_t>(n), rng);
+            const auto hidden0 = randn(static_cast<size_t>(n * H), rng);
+            DeviceArray<float> dshared(shared), dsl(shared_logit), dhidden(hidden0), dweights(weights);
+            cuda::MoeCombine combine{
+                dhidden.data(), n, H,          k, dweights.data(), slot_of.data(), down.data(), H,
+                dshared.data(), H, dsl.data(), 1};
+            combine.down16 = down16;
+            cuda::moe_combine(combine, nullptr);
 
-          // CPU: the same chain, with the activation rounded to bf16 as the GPU feeds it to the GEMM.
-          std::vector<float> want(hidden0);
-          for (int64_t t = 0; t < n; ++t) {
-            const std::vector<float> xt(x.begin() + t * H, x.begin() + (t + 1) * H);
-            float* wt = want.data() + t * H;
-            for (int64_t h = 0; h < H; ++h)
-              wt[h] += sigmoid(shared_logit[static_cast<size_t>(t)]) * shared[static_cast<size_t>(t * H + h)];
-            for (int j = 0; j < k; ++j) {
-              const int e = ids[static_cast<size_t>(t * k + j)];
-              const auto g_ = cpu_matmul(host[static_cast<size_t>(3 * e)].w, xt, 1);
-              const auto u_ = cpu_matmul(host[static_cast<size_t>(3 * e + 1)].w, xt, 1);
-              std::vector<float> h_(static_cast<size_t>(I));
-              for (int64_t i = 0; i < I; ++i)
-                h_[static_cast<size_t>(i)] =
-                    round_to_bf16(silu(g_[static_cast<size_t>(i)]) * u_[static_cast<size_t>(i)]);
-              const auto d_ = cpu_matmul(host[static_cast<size_t>(3 * e + 2)].w, h_, 1);
+            // CPU: the same chain, with the activation rounded to bf16 as the GPU feeds it to the GEMM.
+            std::vector<float> want(hidden0);
+            for (int64_t t = 0; t < n; ++t) {
+              const std::vector<float> xt(x.begin() + t * H, x.begin() + (t + 1) * H);
+              float* wt = want.data() + t * H;
               for (int64_t h = 0; h < H; ++h)
-                wt[h] += weights[static_cast<size_t>(t * k + j)] * d_[static_cast<size_t>(h)];
+                wt[h] +=
+                    sigmoid(shared_logit[static_cast<size_t>(t)]) * shared[static_cast<size_t>(t * H + h)];
+              for (int j = 0; j < k; ++j) {
+                const int e = ids[static_cast<size_t>(t * k + j)];
+                const auto g_ = cpu_matmul(host[static_cast<size_t>(3 * e)].w, xt, 1);
+                const auto u_ = cpu_matmul(host[static_cast<size_t>(3 * e + 1)].w, xt, 1);
+                std::vector<float> h_(static_cast<size_t>(I));
+                for (int64_t i = 0; i < I; ++i)
+                  h_[static_cast<size_t>(i)] =
+                      round_to_bf16(silu(g_[static_cast<size_t>(i)]) * u_[static_cast<size_t>(i)]);
+                const auto d_ = cpu_matmul(host[static_cast<size_t>(3 * e + 2)].w, h_, 1);
+                for (int64_t h = 0; h < H; ++h)
+                  wt[h] +=
+                      weights[static_cast<size_t>(t * k + j)] *
+                      (bf16_down ? round_to_bf16(d_[static_cast<size_t>(h)]) : d_[static_cast<size_t>(h)]);
+              }
             }
+            EXPECT_LT(rel_err(dhidden.download(), want), 1e-2);
           }
-          EXPECT_LT(rel_err(dhidden.download(), want), 1e-2);
         }
       }
     }

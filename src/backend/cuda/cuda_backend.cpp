@@ -64,10 +64,11 @@ struct PrefillScratch {
   float* hidden;      // [n, H]
   uint16_t* normed;   // [n, H] bf16
   float* normed_f32;  // [n, H]: the MoE input again, for the f32 router
-  float *qg, *k, *v;  // attention projections
+  float* att_in;      // [n, q_proj_rows + 2·kv rows]: q (and gate) | k | v
   uint16_t *q16, *att16;
-  float *qkv, *z, *b, *a, *conv, *beta, *decay, *dn_out;  // DeltaNet
-  float* dn_chunked;                                      // deltanet_chunked_scan's workspace
+  float* dn_in;                         // [n, conv channels + Vt + 2·Hv]: qkv | z | b | a
+  float *conv, *beta, *decay, *dn_out;  // DeltaNet
+  float* dn_chunked;                    // deltanet_chunked_scan's workspace
   uint16_t* dn16;
   float *router, *shared_logit;
   int32_t* ids;
@@ -255,10 +256,15 @@ class CudaBackend final : public Backend {
         attention_ = AttentionPrefillVariant::kTransposed;
       else if (name == "chunked-scan")
         chunked_scan_ = false;
+      else if (name == "down-bf16")
+        down_bf16_ = false;
+      else if (name == "in-proj-stack")
+        stack_in_proj_ = false;
       else if (!name.empty())
         fail(
             "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, gemv-rows, "
-            "wgmma, gemm, conv, router, attention-wgmma, attention-pipeline, attention, chunked-scan)",
+            "wgmma, gemm, conv, router, attention-wgmma, attention-pipeline, attention, chunked-scan, "
+            "down-bf16, in-proj-stack)",
             name);
       begin = end + 1;
     }
@@ -401,15 +407,10 @@ class CudaBackend final : public Backend {
       p_.hidden = c.take<float>(u(n * H));
       p_.normed = c.take<uint16_t>(u(n * H));
       p_.normed_f32 = c.take<float>(u(n * H));
-      p_.qg = c.take<float>(u(n * cfg_.q_proj_rows()));
-      p_.k = c.take<float>(u(n * kvr));
-      p_.v = c.take<float>(u(n * kvr));
+      p_.att_in = c.take<float>(u(n * (cfg_.q_proj_rows() + 2 * kvr)));
       p_.q16 = c.take<uint16_t>(u(n * nq_hd));
       p_.att16 = c.take<uint16_t>(u(n * nq_hd));
-      p_.qkv = c.take<float>(u(n * C));
-      p_.z = c.take<float>(u(n * Vt));
-      p_.b = c.take<float>(u(n * Hv));
-      p_.a = c.take<float>(u(n * Hv));
+      p_.dn_in = c.take<float>(u(n * (C + Vt + 2 * Hv)));
       p_.conv = c.take<float>(u(n * C));
       p_.beta = c.take<float>(u(n * Hv));
       p_.decay = c.take<float>(u(n * Hv));
@@ -543,6 +544,23 @@ class CudaBackend final : public Backend {
     a.q8 =
         q8_ && std::all_of(mats.begin(), mats.end(), [](const DeviceMatrix& m) { return gemv_q8_fits(m); });
     gemv(a, stream_);
+  }
+
+  // The mixer's input projections of the normed rows, side by side in y ([n, ld], ld their rows
+  // together; returns ld): one GEMM over their stacked matrix, or one per part when their formats
+  // differ (or the lever is off).
+  int64_t project_in(const DeviceMatrix& stacked, std::initializer_list<DeviceMatrix> parts, float* y,
+                     int64_t n) {
+    int64_t ld = 0;
+    for (const DeviceMatrix& m : parts) ld += m.rows;
+    if (stack_in_proj_ && stacked.rows == ld) {
+      gemm_one(stacked, p_.normed, cfg_.hidden_size, n, y, ld, false);
+      return ld;
+    }
+    int64_t col = 0;
+    for (const DeviceMatrix& m : parts)
+      gemm_one(m, p_.normed, cfg_.hidden_size, n, y + col, ld, false), col += m.rows;
+    return ld;
   }
 
   void gemm_one(const DeviceMatrix& m, const uint16_t* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
@@ -830,16 +848,15 @@ class CudaBackend final : public Backend {
     const int64_t q_stride = cfg_.attn_output_gate ? 2 * hd : hd, nq_hd = int64_t{cfg_.n_heads} * hd;
     const int64_t H = cfg_.hidden_size;
     timer_.mark("attention: q k v projections");
-    gemm_one(w.q, p_.normed, H, n, p_.qg, q_rows, false);
-    gemm_one(w.k, p_.normed, H, n, p_.k, kvr, false);
-    gemm_one(w.v, p_.normed, H, n, p_.v, kvr, false);
+    const int64_t ld = project_in(w.in_proj, {w.q, w.k, w.v}, p_.att_in, n);
+    const float* q = p_.att_in;
     const auto& [kc, vc] = kv_cache_[static_cast<size_t>(slot)];
-    AttentionPrepArgs prep{p_.qg,
-                           q_rows,
+    AttentionPrepArgs prep{q,
+                           ld,
                            q_stride,
-                           p_.k,
-                           p_.v,
-                           kvr,
+                           q + q_rows,
+                           q + q_rows + kvr,
+                           ld,
                            n,
                            position_,
                            nullptr,
@@ -868,8 +885,8 @@ class CudaBackend final : public Backend {
                             cfg_.n_kv_heads,
                             cfg_.head_dim,
                             1.0f / std::sqrt(static_cast<float>(hd)),
-                            cfg_.attn_output_gate ? p_.qg + hd : nullptr,
-                            q_rows,
+                            cfg_.attn_output_gate ? q + hd : nullptr,
+                            ld,
                             q_stride,
                             p_.att16};
     at.variant = attention_;
@@ -883,16 +900,14 @@ class CudaBackend final : public Backend {
     const int64_t H = cfg_.hidden_size, C = cfg_.conv_channels(), Vt = cfg_.lin_v_total(),
                   Hv = cfg_.lin_n_v_heads;
     timer_.mark("deltanet: qkv z b a projections");
-    gemm_one(w.qkv, p_.normed, H, n, p_.qkv, C, false);
-    gemm_one(w.z, p_.normed, H, n, p_.z, Vt, false);
-    gemm_one(w.b, p_.normed, H, n, p_.b, Hv, false);
-    gemm_one(w.a, p_.normed, H, n, p_.a, Hv, false);
+    const int64_t ld = project_in(w.in_proj, {w.qkv, w.z, w.b, w.a}, p_.dn_in, n);
+    const float *qkv = p_.dn_in, *z = qkv + C, *b = z + Vt, *a = b + Hv;
     const auto& [conv_state, rec_state] = deltanet_state_[static_cast<size_t>(slot)];
     timer_.mark("deltanet: conv, gates");
-    DeltaNetConvArgs conv{p_.qkv, C, n, C, w.conv, cfg_.conv_kernel, conv_state, p_.conv, C};
+    DeltaNetConvArgs conv{qkv, ld, n, C, w.conv, cfg_.conv_kernel, conv_state, p_.conv, C};
     conv.row_parallel = row_parallel_conv_;
     deltanet_conv(conv, stream_);
-    deltanet_prepare({p_.conv, C, n, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, p_.b, p_.a, Hv,
+    deltanet_prepare({p_.conv, C, n, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, b, a, ld,
                       w.a_neg, w.dt_bias, p_.beta, p_.decay},
                      stream_);
     timer_.mark("deltanet: scan");
@@ -913,7 +928,7 @@ class CudaBackend final : public Backend {
     else
       deltanet_scan(scan, stream_);
     timer_.mark("deltanet: gated norm");
-    gated_rms_norm_rows({p_.dn_out, Vt, p_.z, Vt, n, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm,
+    gated_rms_norm_rows({p_.dn_out, Vt, z, ld, n, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm,
                          cfg_.rms_norm_eps, nullptr, p_.dn16, Vt},
                         stream_);
     timer_.mark("deltanet: out projection");
@@ -981,6 +996,9 @@ class CudaBackend final : public Backend {
     dn.x_rows = nullptr;
     dn.y = p_.down;
     dn.ldy = H;
+    // bf16 rows for the combine (the buffer is sized for f32 ones).
+    uint16_t* const down16 = down_bf16_ ? reinterpret_cast<uint16_t*>(p_.down) : nullptr;
+    if (down16) dn.y = nullptr, dn.y16 = down16;
     timer_.mark("moe: experts down");
     gemm(dn, stream_);
 
@@ -1018,6 +1036,7 @@ class CudaBackend final : public Backend {
     MoeCombine c{p_.hidden,           n,       H, static_cast<int>(k), p_.weights,
                  p_.grouping.slot_of, p_.down, H, p_.shared_down,      H,
                  p_.shared_logit,     1};
+    c.down16 = down16;
     timer_.mark("moe: combine");
     moe_combine(c, stream_);
   }
@@ -1058,6 +1077,8 @@ class CudaBackend final : public Backend {
   bool row_parallel_conv_ = true;
   bool router_gemm_ = true;
   bool chunked_scan_ = true;
+  bool down_bf16_ = true;
+  bool stack_in_proj_ = true;
   AttentionPrefillVariant attention_ = AttentionPrefillVariant::kWgmma;
   bool q8_;  // BackendOptions::device_int8, unless exact
   StageTimer timer_;

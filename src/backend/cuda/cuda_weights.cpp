@@ -2,12 +2,14 @@
 // buffer piece by piece and copy it over in large transfers.
 #include "backend/cuda/cuda_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
 #include <tuple>
+#include <utility>
 
 #include "core/error.h"
 #include "core/numeric.h"
@@ -45,56 +47,66 @@ class Planner {
   size_t matrix(const WeightMatrix& w, const std::string& name) {
     const auto key = std::make_tuple(w.data, w.rows, w.cols);
     if (auto it = seen_.find(key); it != seen_.end()) return it->second;  // tied embedding
-    if (w.cols % 64 != 0) fail("{}: {} inputs; the CUDA kernels need a multiple of 64", name, w.cols);
-    PlannedMatrix p;
-    p.m.rows = w.rows;
-    p.m.cols = w.cols;
-    if (w.is_affine()) {
-      if (w.group_size % 32 != 0 || w.cols % w.group_size != 0)
-        fail("{}: group size {} does not suit the CUDA kernels (a multiple of 32 dividing {})", name,
-             w.group_size, w.cols);
-      p.m.format = w.format;
-      p.m.group_size = w.group_size;
-      p.m.row_bytes = w.cols * w.bits() / 8;
-      const size_t row_bytes = static_cast<size_t>(p.m.row_bytes);
-      p.data = add(row_bytes * static_cast<size_t>(w.rows), [w, row_bytes](uint8_t* dst) {
-        for (int64_t r = 0; r < w.rows; ++r)
-          std::memcpy(dst + static_cast<size_t>(r) * row_bytes,
-                      w.data + static_cast<size_t>(r) * w.row_stride, row_bytes);
+    const size_t id = stack({&w}, {name}).whole;
+    return seen_[key] = id;
+  }
+
+  // Matrices of one format, group size and width planned as one matrix (their rows back to back,
+  // and likewise their scales and biases), so that one launch can read them all; each part is also
+  // a matrix of its own (a view of its rows). Matrices that differ are planned apart and `whole` is
+  // kNone.
+  static constexpr size_t kNone = ~size_t{0};
+  struct Stack {
+    size_t whole = kNone;
+    std::vector<size_t> parts;
+  };
+  Stack stack(const std::vector<const WeightMatrix*>& ws, const std::vector<std::string>& names) {
+    Stack out;
+    const WeightMatrix& first = *ws.front();
+    const bool alike = std::all_of(ws.begin(), ws.end(), [&](const WeightMatrix* w) {
+      return w->format == first.format && w->group_size == first.group_size && w->cols == first.cols;
+    });
+    if (!alike) {
+      for (size_t i = 0; i < ws.size(); ++i) out.parts.push_back(matrix(*ws[i], names[i]));
+      return out;
+    }
+    PlannedMatrix p = shape(first, names.front());
+    for (const WeightMatrix* w : ws) p.m.rows += w->rows;
+    const size_t row_bytes = static_cast<size_t>(p.m.row_bytes),
+                 group_bytes = first.is_affine() ? static_cast<size_t>(first.cols / first.group_size) * 2 : 0;
+    // Each part's pieces: a fill writing its rows at dst + (the part's first row) · bytes per row.
+    auto pieces = [&](size_t bytes_per_row, auto fill_of) {
+      std::vector<std::pair<size_t, std::function<void(uint8_t*)>>> fills;
+      size_t row = 0;
+      for (const WeightMatrix* w : ws) fills.emplace_back(row * bytes_per_row, fill_of(*w)), row += w->rows;
+      return add(bytes_per_row * static_cast<size_t>(p.m.rows), [fills](uint8_t* dst) {
+        for (const auto& [at, fill] : fills) fill(dst + at);
       });
-      const size_t group_bytes = static_cast<size_t>(w.cols / w.group_size) * 2;
-      auto copy_groups = [w, group_bytes](const uint8_t* src) {
-        return [w, group_bytes, src](uint8_t* dst) {
-          for (int64_t r = 0; r < w.rows; ++r)
-            std::memcpy(dst + static_cast<size_t>(r) * group_bytes,
-                        src + static_cast<size_t>(r) * w.group_stride, group_bytes);
-        };
-      };
-      p.scales = add(group_bytes * static_cast<size_t>(w.rows), copy_groups(w.scales));
-      p.biases = add(group_bytes * static_cast<size_t>(w.rows), copy_groups(w.biases));
-    } else {
-      p.m.format = WeightFormat::kBF16;
-      p.m.row_bytes = w.cols * 2;
-      p.data = add(static_cast<size_t>(p.m.row_bytes) * static_cast<size_t>(w.rows), [w](uint8_t* dst) {
-        auto* out = reinterpret_cast<uint16_t*>(dst);
-        for (int64_t r = 0; r < w.rows; ++r) {
-          const uint8_t* src = w.data + static_cast<size_t>(r) * w.row_stride;
-          uint16_t* o = out + r * w.cols;
-          switch (w.format) {
-            case WeightFormat::kBF16:
-              std::memcpy(o, src, static_cast<size_t>(w.cols) * 2);
-              break;
-            case WeightFormat::kF16:
-              for (int64_t c = 0; c < w.cols; ++c) o[c] = f32_to_bf16(f16_to_f32(load_u16(src + 2 * c)));
-              break;
-            default:
-              for (int64_t c = 0; c < w.cols; ++c) o[c] = f32_to_bf16(load_f32(src + 4 * c));
-          }
-        }
+    };
+    p.data = pieces(row_bytes, [row_bytes](const WeightMatrix& w) { return rows_fill(w, row_bytes); });
+    if (first.is_affine()) {
+      p.scales = pieces(group_bytes, [group_bytes](const WeightMatrix& w) {
+        return groups_fill(w, w.scales, group_bytes);
+      });
+      p.biases = pieces(group_bytes, [group_bytes](const WeightMatrix& w) {
+        return groups_fill(w, w.biases, group_bytes);
       });
     }
     planned_.push_back(p);
-    return seen_[key] = planned_.size() - 1;
+    out.whole = planned_.size() - 1;
+    if (ws.size() == 1) return out;
+    int64_t row = 0;
+    for (const WeightMatrix* w : ws) {
+      PlannedMatrix v = p;
+      v.m.rows = w->rows;
+      v.data += static_cast<size_t>(row) * row_bytes;
+      v.scales += static_cast<size_t>(row) * group_bytes;
+      v.biases += static_cast<size_t>(row) * group_bytes;
+      planned_.push_back(v);
+      out.parts.push_back(planned_.size() - 1);
+      row += w->rows;
+    }
+    return out;
   }
 
   // After the storage exists: the matrix with real device pointers.
@@ -145,6 +157,62 @@ class Planner {
   }
 
  private:
+  // The device shape of w (rows left 0), after checking the kernels can read it.
+  static PlannedMatrix shape(const WeightMatrix& w, const std::string& name) {
+    if (w.cols % 64 != 0) fail("{}: {} inputs; the CUDA kernels need a multiple of 64", name, w.cols);
+    PlannedMatrix p;
+    p.m.cols = w.cols;
+    if (w.is_affine()) {
+      if (w.group_size % 32 != 0 || w.cols % w.group_size != 0)
+        fail("{}: group size {} does not suit the CUDA kernels (a multiple of 32 dividing {})", name,
+             w.group_size, w.cols);
+      p.m.format = w.format;
+      p.m.group_size = w.group_size;
+      p.m.row_bytes = w.cols * w.bits() / 8;
+    } else {
+      p.m.format = WeightFormat::kBF16;
+      p.m.row_bytes = w.cols * 2;
+    }
+    return p;
+  }
+
+  // Writes w's rows of `row_bytes` (affine codes as stored, dense values as bf16).
+  static std::function<void(uint8_t*)> rows_fill(const WeightMatrix& w, size_t row_bytes) {
+    if (w.is_affine())
+      return [w, row_bytes](uint8_t* dst) {
+        for (int64_t r = 0; r < w.rows; ++r)
+          std::memcpy(dst + static_cast<size_t>(r) * row_bytes,
+                      w.data + static_cast<size_t>(r) * w.row_stride, row_bytes);
+      };
+    return [w](uint8_t* dst) {
+      auto* out = reinterpret_cast<uint16_t*>(dst);
+      for (int64_t r = 0; r < w.rows; ++r) {
+        const uint8_t* src = w.data + static_cast<size_t>(r) * w.row_stride;
+        uint16_t* o = out + r * w.cols;
+        switch (w.format) {
+          case WeightFormat::kBF16:
+            std::memcpy(o, src, static_cast<size_t>(w.cols) * 2);
+            break;
+          case WeightFormat::kF16:
+            for (int64_t c = 0; c < w.cols; ++c) o[c] = f32_to_bf16(f16_to_f32(load_u16(src + 2 * c)));
+            break;
+          default:
+            for (int64_t c = 0; c < w.cols; ++c) o[c] = f32_to_bf16(load_f32(src + 4 * c));
+        }
+      }
+    };
+  }
+
+  // Writes w's per-row group values (scales or biases, from src) of `group_bytes` per row.
+  static std::function<void(uint8_t*)> groups_fill(const WeightMatrix& w, const uint8_t* src,
+                                                   size_t group_bytes) {
+    return [w, src, group_bytes](uint8_t* dst) {
+      for (int64_t r = 0; r < w.rows; ++r)
+        std::memcpy(dst + static_cast<size_t>(r) * group_bytes, src + static_cast<size_t>(r) * w.group_stride,
+                    group_bytes);
+    };
+  }
+
   std::vector<Piece> pieces_;
   std::vector<PlannedMatrix> planned_;
   std::map<std::tuple<const uint8_t*, int64_t, int64_t>, size_t> seen_;
@@ -176,6 +244,7 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
   struct LayerPlan {
     size_t input_norm, post_norm;
     std::vector<size_t> mats;  // attention: q k v o | deltanet: qkv z b a out
+    size_t in_stack;           // attention: q|k|v | deltanet: qkv|z|b|a as one matrix, or kNone
     std::vector<size_t> vecs;  // attention: q_norm k_norm | deltanet: conv a_neg dt_bias norm
     size_t router, shared_gate, sg, su, sd;
     std::vector<size_t> experts;  // 3 per expert
@@ -196,14 +265,20 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
     lp.input_norm = plan.vector(lw.input_norm);
     lp.post_norm = plan.vector(lw.post_norm);
     if (const auto* att = std::get_if<AttentionWeights>(&lw.mixer)) {
-      lp.mats = {plan.matrix(att->q_proj, at + "q_proj"), plan.matrix(att->k_proj, at + "k_proj"),
-                 plan.matrix(att->v_proj, at + "v_proj"), plan.matrix(att->o_proj, at + "o_proj")};
+      const Planner::Stack in = plan.stack({&att->q_proj, &att->k_proj, &att->v_proj},
+                                           {at + "q_proj", at + "k_proj", at + "v_proj"});
+      lp.in_stack = in.whole;
+      lp.mats = in.parts;
+      lp.mats.push_back(plan.matrix(att->o_proj, at + "o_proj"));
       lp.vecs = {plan.vector(att->q_norm), plan.vector(att->k_norm)};
     } else {
       const auto& dn = std::get<DeltaNetWeights>(lw.mixer);
-      lp.mats = {plan.matrix(dn.in_proj_qkv, at + "in_proj_qkv"), plan.matrix(dn.in_proj_z, at + "in_proj_z"),
-                 plan.matrix(dn.in_proj_b, at + "in_proj_b"), plan.matrix(dn.in_proj_a, at + "in_proj_a"),
-                 plan.matrix(dn.out_proj, at + "out_proj")};
+      const Planner::Stack in =
+          plan.stack({&dn.in_proj_qkv, &dn.in_proj_z, &dn.in_proj_b, &dn.in_proj_a},
+                     {at + "in_proj_qkv", at + "in_proj_z", at + "in_proj_b", at + "in_proj_a"});
+      lp.in_stack = in.whole;
+      lp.mats = in.parts;
+      lp.mats.push_back(plan.matrix(dn.out_proj, at + "out_proj"));
       lp.vecs = {plan.vector(dn.conv), plan.vector(dn.a_neg), plan.vector(dn.dt_bias), plan.vector(dn.norm)};
     }
     const MoeWeights& moe = lw.moe;
@@ -226,6 +301,7 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
   plan.upload(out.storage.data(), stream);
   const uint8_t* base = out.storage.data();
   auto M = [&](size_t id) { return plan.resolve(id, base); };
+  auto stacked = [&](size_t id) { return id == Planner::kNone ? DeviceMatrix{} : M(id); };
   auto V = [&](size_t off) { return reinterpret_cast<const float*>(base + off); };
 
   // The tables: every device array of DeviceMatrix, in one second allocation.
@@ -244,14 +320,15 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
     cl.input_norm = V(lp.input_norm);
     cl.post_norm = V(lp.post_norm);
     if (lp.vecs.size() == 2) {
-      CudaAttentionWeights a{M(lp.mats[0]), M(lp.mats[1]), M(lp.mats[2]), M(lp.mats[3]),
-                             nullptr,       V(lp.vecs[0]), V(lp.vecs[1])};
+      CudaAttentionWeights a{M(lp.mats[0]),        M(lp.mats[1]), M(lp.mats[2]), M(lp.mats[3]),
+                             stacked(lp.in_stack), nullptr,       V(lp.vecs[0]), V(lp.vecs[1])};
       refs[L].qkv = tables.size();
       tables.insert(tables.end(), {a.q, a.k, a.v});
       cl.mixer = a;
     } else {
-      CudaDeltaNetWeights d{M(lp.mats[0]), M(lp.mats[1]), M(lp.mats[2]), M(lp.mats[3]), M(lp.mats[4]),
-                            nullptr,       V(lp.vecs[0]), V(lp.vecs[1]), V(lp.vecs[2]), V(lp.vecs[3])};
+      CudaDeltaNetWeights d{M(lp.mats[0]), M(lp.mats[1]),        M(lp.mats[2]), M(lp.mats[3]),
+                            M(lp.mats[4]), stacked(lp.in_stack), nullptr,       V(lp.vecs[0]),
+                            V(lp.vecs[1]), V(lp.vecs[2]),        V(lp.vecs[3])};
       refs[L].proj = tables.size();
       tables.insert(tables.end(), {d.qkv, d.z, d.b, d.a});
       cl.mixer = d;

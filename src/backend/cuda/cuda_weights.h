@@ -18,6 +18,7 @@ namespace qwick::cuda {
 
 struct CudaAttentionWeights {
   DeviceMatrix q, k, v, o;        // shapes as AttentionWeights
+  DeviceMatrix in_proj;           // q|k|v as one matrix (rows 0: their formats differ)
   const DeviceMatrix* qkv_table;  // device [3]: q, k, v (one gemv launch)
   const float* q_norm;            // [head_dim], 1 + w
   const float* k_norm;
@@ -25,6 +26,7 @@ struct CudaAttentionWeights {
 
 struct CudaDeltaNetWeights {
   DeviceMatrix qkv, z, b, a, out;  // shapes as DeltaNetWeights
+  DeviceMatrix in_proj;            // qkv|z|b|a as one matrix (rows 0: their formats differ)
   const DeviceMatrix* proj_table;  // device [4]: qkv, z, b, a
   const float* conv;               // [channels, K]
   const float* a_neg;              // [Hv]

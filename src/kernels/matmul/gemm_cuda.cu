@@ -123,6 +123,7 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmArgs a) {
 }  // namespace
 
 void gemm(const GemmArgs& a, cudaStream_t stream) {
+  if (a.y16 && a.accumulate) check(cudaErrorInvalidValue, "gemm: bf16 output does not accumulate");
   if (a.act) {
     if (a.kernel != GemmKernel::kWgmma)
       check(cudaErrorInvalidValue, "gemm: the SwiGLU epilogue is the wgmma kernel's");

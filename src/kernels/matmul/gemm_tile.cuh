@@ -154,11 +154,15 @@ __device__ __forceinline__ int64_t tile_row(const GemmArgs& a, const GemmBlock& 
   return b.r0 + (a.act ? (r >> 4) * 8 + (r & 7) : r);
 }
 
-// Stores (or adds) the f32 output of slot row `slot`, block column c, skipping slots past s1 and
-// columns past the matrix or the output.
+// Stores (or adds) the output of slot row `slot`, block column c (f32, or bf16 into y16), skipping
+// slots past s1 and columns past the matrix or the output.
 __device__ __forceinline__ void store_out(const GemmArgs& a, const GemmBlock& b, int64_t slot, int c,
                                           float v) {
   if (slot >= b.s1 || b.r0 + c >= b.m.rows || b.n0 + c >= a.N) return;
+  if (a.y16) {
+    a.y16[slot * a.ldy + b.n0 + c] = f32_to_bf16(v);
+    return;
+  }
   float* y = a.y + slot * a.ldy + b.n0 + c;
   *y = a.accumulate ? *y + v : v;
 }

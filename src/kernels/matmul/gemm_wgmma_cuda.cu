@@ -120,14 +120,20 @@ __device__ __forceinline__ void store_tile(const GemmArgs& a, const GemmBlock& b
       }
   __syncthreads();
   const int c = 4 * (threadIdx.x & 31);  // this thread's four block columns
-  const bool vec = blk.r0 + c + 3 < blk.m.rows && blk.n0 + c + 3 < a.N && a.ldy % 4 == 0 &&
-                   reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
+  const bool vec =
+      blk.r0 + c + 3 < blk.m.rows && blk.n0 + c + 3 < a.N && a.ldy % 4 == 0 &&
+      (a.y16 ? reinterpret_cast<uintptr_t>(a.y16) % 8 : reinterpret_cast<uintptr_t>(a.y) % 16) == 0;
   for (int s = threadIdx.x >> 5; s < BT && blk.s0 + s < blk.s1; s += kThreads / 32) {
     const int64_t slot = blk.s0 + s;
     const float4 v = *reinterpret_cast<const float4*>(tile + s * kLdY + c);
     if (!vec) {
       store_pair(a, blk, slot, c, v.x, v.y);
       store_pair(a, blk, slot, c + 2, v.z, v.w);
+      continue;
+    }
+    if (a.y16) {
+      *reinterpret_cast<uint2*>(a.y16 + slot * a.ldy + blk.n0 + c) =
+          make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
       continue;
     }
     float4* y = reinterpret_cast<float4*>(a.y + slot * a.ldy + blk.n0 + c);

@@ -18,15 +18,17 @@
 
 namespace qwick {
 
-inline int64_t bf16_row_stride(int64_t cols) { return (cols + 31) / 32 * 32; }
+inline int64_t bf16_row_stride(int64_t cols) {
+  return (cols + 31) / 32 * 32;
+}
 
 // x [n, ldx] f32 -> out [n, bf16_row_stride(cols)] bf16 (round to nearest even).
 void convert_rows_bf16_reference(const float* x, size_t ldx, size_t n, int64_t cols, uint16_t* out);
 void convert_rows_bf16_avx512(const float* x, size_t ldx, size_t n, int64_t cols, uint16_t* out);
 
 // y[t, r] for t < p.n, r in [row_begin, row_end), reading the prepared rows `xb` (p.x is ignored).
-void matmul_rows_bf16_reference(const MatmulProblem& p, const uint16_t* xb, int64_t row_begin, int64_t row_end,
-                                float* scratch);
+void matmul_rows_bf16_reference(const MatmulProblem& p, const uint16_t* xb, int64_t row_begin,
+                                int64_t row_end, float* scratch);
 void matmul_rows_bf16_avx512(const MatmulProblem& p, const uint16_t* xb, int64_t row_begin, int64_t row_end,
                              float* scratch);
 

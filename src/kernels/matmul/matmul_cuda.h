@@ -102,6 +102,9 @@ struct GemmArgs {
   float* y = nullptr;  // f32 [slots, ldy]
   int64_t ldy = 0;
   bool accumulate = false;
+  // bf16 output rows [slots, ldy] instead of y (every kernel; not with accumulate): the routed experts'
+  // down projection, which the combine reads back, then moves half the bytes.
+  uint16_t* y16 = nullptr;
   // SwiGLU in the epilogue instead of y (the wgmma kernel only): parts 0 and 1 of the table are gate
   // and up, N = 2 · part_rows with part_rows a multiple of 64, and act[s][i] = bf16(silu(gate_i · x_s) ·
   // (up_i · x_s)): the gate|up outputs never leave the registers.

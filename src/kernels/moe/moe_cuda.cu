@@ -81,17 +81,36 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t ld_in,
     static_cast<float*>(out)[r * ld_out + j] = v;
 }
 
+// Four consecutive values of a row as floats, in one 16-byte (f32) or 8-byte (bf16) load.
+__device__ __forceinline__ float4 load4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+__device__ __forceinline__ float4 load4(const uint16_t* p) {
+  const uint2 q = *reinterpret_cast<const uint2*>(p);
+  return make_float4(__uint_as_float(q.x << 16), __uint_as_float(q.x & 0xffff0000u),
+                     __uint_as_float(q.y << 16), __uint_as_float(q.y & 0xffff0000u));
+}
+__device__ __forceinline__ void add_scaled(float4& acc, float w, const float4& v) {
+  acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+}
+
+// A thread per four outputs of a row, the experts' rows read with vector loads.
 __global__ void combine_kernel(MoeCombine c) {
   const int64_t t = blockIdx.y;
-  const int64_t h = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t h = 4 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
   if (h >= c.H) return;
-  float acc = sigmoidf_(c.shared_logit[t * c.ld_logit]) * c.shared[t * c.ld_shared + h];
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  add_scaled(acc, sigmoidf_(c.shared_logit[t * c.ld_logit]), load4(c.shared + t * c.ld_shared + h));
+#pragma unroll 8
   for (int j = 0; j < c.k; ++j) {
     const int64_t pair = t * c.k + j;
-    const int64_t slot = c.slot_of ? c.slot_of[pair] : pair;
-    acc += c.weights[pair] * c.down[slot * c.ld_down + h];
+    const int64_t at = (c.slot_of ? c.slot_of[pair] : pair) * c.ld_down + h;
+    add_scaled(acc, c.weights[pair], c.down16 ? load4(c.down16 + at) : load4(c.down + at));
   }
-  c.hidden[t * c.H + h] += acc;
+  float4* out = reinterpret_cast<float4*>(c.hidden + t * c.H + h);
+  float4 x = *out;
+  add_scaled(x, 1.0f, acc);
+  *out = x;
 }
 
 }  // namespace
@@ -145,7 +164,11 @@ void swiglu(const float* gate, const float* up, int64_t ld_in, int64_t rows, int
 
 void moe_combine(const MoeCombine& c, cudaStream_t stream) {
   if (c.n == 0) return;
-  combine_kernel<<<dim3(blocks_for(c.H, 256), static_cast<unsigned>(c.n)), 256, 0, stream>>>(c);
+  auto aligned = [](const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  if (c.H % 4 != 0 || c.ld_down % 4 != 0 || c.ld_shared % 4 != 0 || !aligned(c.hidden, 16) ||
+      !aligned(c.shared, 16) || !(c.down16 ? aligned(c.down16, 8) : aligned(c.down, 16)))
+    check(cudaErrorInvalidValue, "moe_combine: rows must be multiples of 4 values, 16-byte aligned");
+  combine_kernel<<<dim3(blocks_for(c.H / 4, 256), static_cast<unsigned>(c.n)), 256, 0, stream>>>(c);
   check_launch("moe_combine");
 }
 

@@ -88,6 +88,7 @@ bool moe_decode_fits(WeightFormat route_format, WeightFormat expert_format, int6
                      int64_t shared_dim, int k);
 void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream);
 
+// Rows of a multiple of 4 values, 16-byte aligned (8 for bf16 down rows): read four at a time.
 struct MoeCombine {
   float* hidden;  // [n, H], accumulated into
   int64_t n = 0, H = 0;
@@ -100,6 +101,7 @@ struct MoeCombine {
   int64_t ld_shared = 0;
   const float* shared_logit;  // [n] at stride ld_logit
   int64_t ld_logit = 1;
+  const uint16_t* down16 = nullptr;  // bf16 [slots, ld_down], read instead of down when set
 };
 void moe_combine(const MoeCombine& c, cudaStream_t stream);
 
