@@ -1,11 +1,14 @@
 // The decode MoE in three kernels (contract in moe_cuda.h).
 //
-// router   small blocks over the E router rows, then one block for the shared gate row, each staging
+// router   blocks over the E router rows, then one block for the shared gate row, each staging
 //          RMSNorm(x); each block counts itself in `counter` once its logits are written (after a
 //          fence), and the block that counts last copies the logits into shared memory and runs
-//          route_one, so routing costs no launch of its own.
-// gate_up  grid (row blocks, k + 1), each block staging RMSNorm(x); a lane group owns two rows of the
-//          gate and the same two of up.
+//          route_one, so routing costs no launch of its own. The shared expert's gate|up blocks
+//          (which need no routing) run in the same launch, on the SMs the router leaves idle.
+// gate_up  grid (row blocks, k): the routed experts' gate|up, one wave of blocks at the real shape
+//          (with the shared expert too it was 288 blocks for 264 places, and the last 24 ran after
+//          the rest); each block stages RMSNorm(x), a lane group owns two rows of the gate and the
+//          same two of up.
 // down     a block of k + 1 warps, warp j staging expert j's activation and reading its down rows (so
 //          every expert's loads are in flight at once); the partial sums meet in shared memory and are
 //          added to x in expert order.
@@ -20,7 +23,9 @@
 namespace qwick::cuda {
 namespace {
 
-constexpr int kRouterWarps = 4, kRouterRows = 2;  // small blocks: the router is only E rows
+// One router row per lane group (eight per block): the launch shares its register budget with the
+// gate|up blocks, and two rows spilled there.
+constexpr int kRouterRows = 1;
 // Router chunks per lane in flight per row: its 8-bit rows of 2048 are 128 chunks, one round of
 // loads at 4 (two rounds, one after the other, at 2).
 constexpr int kRouterUnroll = 4;
@@ -44,73 +49,27 @@ constexpr int elems() {
   return ChunkTraits<F>::kElems;
 }
 
-template <WeightFormat F>
-__global__ void __launch_bounds__(kRouterWarps * 32)
-    router_kernel(const MoeDecodeArgs a, int sub, int router_blocks) {
-  constexpr int E = elems<F>();
-  extern __shared__ float4 smem4[];
-  float* xs = reinterpret_cast<float*>(smem4);
-  let_next_kernel_start();
-  const bool shared_gate = static_cast<int>(blockIdx.x) >= router_blocks;
-  const DeviceMatrix m = a.route_table[shared_gate ? 1 : 0];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane / sub, lane_g = lane % sub;
-  const int64_t rows_per_block = int64_t{kRouterWarps} * (32 / sub) * kRouterRows;
-  const int64_t block = shared_gate ? 0 : blockIdx.x;
-  const int64_t row0 = block * rows_per_block + static_cast<int64_t>(warp * (32 / sub) + group) * kRouterRows;
-  WeightRow rows[kRouterRows];
-#pragma unroll
-  for (int r = 0; r < kRouterRows; ++r) rows[r] = weight_row(m, row0 + r);
-  float factor = 1.0f;
-  auto stage = [&] {
-    wait_for_previous_kernel();
-    factor = stage_norm<E>(a.x, a.norm_weight, a.eps, a.H, xs, xs + staged_floats<E>(a.H));
-    __syncthreads();
-  };
-  float acc[kRouterRows];
-  dot_rows<F, kRouterRows, kRouterUnroll>(rows, m.cols / E, m.group_size, sub, lane_g, xs, true, stage, acc);
-  if (lane_g == 0) {
-    float* out = a.logits + (shared_gate ? a.E : 0);
-#pragma unroll
-    for (int r = 0; r < kRouterRows; ++r)
-      if (row0 + r < m.rows) out[row0 + r] = factor * acc[r];
-  }
-  // The last block to get here sees every block's logits: fence, count, and route.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(a.counter, 1) == static_cast<int>(gridDim.x) - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  float* logits = xs;  // the staged input is no longer needed
-  for (int e = threadIdx.x; e < a.E; e += blockDim.x) logits[e] = __ldcg(a.logits + e);
-  __syncthreads();
-  if (warp == 0) route_one(logits, a.E, a.k, a.ids, a.weights);
-  if (threadIdx.x == 0) *a.counter = 0;
-}
-
+// Block `block` of expert slot p's gate|up (p = k: the shared expert): SwiGLU of its rows into act.
+// `routed`: the expert comes from the router's ids, which the previous kernel writes.
 template <WeightFormat F, bool kQ8>
-__global__ void __launch_bounds__(kWarps * 32, 2) gate_up_kernel(const MoeDecodeArgs a, int sub) {
+__device__ __forceinline__ void gate_up_block(const MoeDecodeArgs& a, int sub, int p, int64_t block,
+                                              bool routed, float* xs) {
   constexpr int E = elems<F>();
-  extern __shared__ float4 smem4[];
-  float* xs = reinterpret_cast<float*>(smem4);
   uint8_t* xq = reinterpret_cast<uint8_t*>(xs + staged_floats<E>(a.H) + 32);  // kQ8
-  let_next_kernel_start();
-  wait_for_previous_kernel();  // the expert ids come from the router
-  const int p = static_cast<int>(blockIdx.y);
+  if (routed) wait_for_previous_kernel();
   const int entry = 3 * (p < a.k ? a.ids[p] : a.E);
   const DeviceMatrix gate = a.experts[entry], up = a.experts[entry + 1];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane / sub, lane_g = lane % sub;
   constexpr int kPairs = kRows / 2;
   const int64_t pairs_per_block = int64_t{kWarps} * (32 / sub) * kPairs;
-  const int64_t row0 =
-      blockIdx.x * pairs_per_block + static_cast<int64_t>(warp * (32 / sub) + group) * kPairs;
+  const int64_t row0 = block * pairs_per_block + static_cast<int64_t>(warp * (32 / sub) + group) * kPairs;
   WeightRow rows[kRows];
 #pragma unroll
   for (int r = 0; r < kPairs; ++r)
     rows[r] = weight_row(gate, row0 + r), rows[kPairs + r] = weight_row(up, row0 + r);
   float factor = 1.0f;
   auto stage = [&] {
+    if (!routed) wait_for_previous_kernel();  // x comes from the previous kernel
     // One float4 at a time: a batch of two spilled (64 bytes at 128 registers).
     factor = stage_norm<E, 1>(a.x, a.norm_weight, a.eps, a.H, xs, xs + staged_floats<E>(a.H));
     __syncthreads();
@@ -127,6 +86,63 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gate_up_kernel(const MoeDecode
 #pragma unroll
   for (int r = 0; r < kPairs; ++r)
     if (row0 + r < gate.rows) act[row0 + r] = siluf_(factor * acc[r]) * (factor * acc[kPairs + r]);
+}
+
+// Blocks [0, router_blocks): router rows; block router_blocks: the shared gate row; the rest: the
+// shared expert's gate|up (RF: the router's format, F: the experts').
+template <WeightFormat RF, WeightFormat F, bool kQ8>
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    router_kernel(const MoeDecodeArgs a, int sub, int router_blocks, int sub_experts) {
+  constexpr int E = elems<RF>();
+  extern __shared__ float4 smem4[];
+  float* xs = reinterpret_cast<float*>(smem4);
+  let_next_kernel_start();
+  if (static_cast<int>(blockIdx.x) > router_blocks)
+    return gate_up_block<F, kQ8>(a, sub_experts, a.k, blockIdx.x - router_blocks - 1, false, xs);
+  const bool shared_gate = static_cast<int>(blockIdx.x) == router_blocks;
+  const DeviceMatrix m = a.route_table[shared_gate ? 1 : 0];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane / sub, lane_g = lane % sub;
+  const int64_t rows_per_block = int64_t{kWarps} * (32 / sub) * kRouterRows;
+  const int64_t block = shared_gate ? 0 : blockIdx.x;
+  const int64_t row0 = block * rows_per_block + static_cast<int64_t>(warp * (32 / sub) + group) * kRouterRows;
+  WeightRow rows[kRouterRows];
+#pragma unroll
+  for (int r = 0; r < kRouterRows; ++r) rows[r] = weight_row(m, row0 + r);
+  float factor = 1.0f;
+  auto stage = [&] {
+    wait_for_previous_kernel();
+    factor = stage_norm<E>(a.x, a.norm_weight, a.eps, a.H, xs, xs + staged_floats<E>(a.H));
+    __syncthreads();
+  };
+  float acc[kRouterRows];
+  dot_rows<RF, kRouterRows, kRouterUnroll>(rows, m.cols / E, m.group_size, sub, lane_g, xs, true, stage, acc);
+  if (lane_g == 0) {
+    float* out = a.logits + (shared_gate ? a.E : 0);
+#pragma unroll
+    for (int r = 0; r < kRouterRows; ++r)
+      if (row0 + r < m.rows) out[row0 + r] = factor * acc[r];
+  }
+  // The last router block to get here sees every block's logits: fence, count, and route.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(a.counter, 1) == router_blocks;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  float* logits = xs;  // the staged input is no longer needed
+  for (int e = threadIdx.x; e < a.E; e += blockDim.x) logits[e] = __ldcg(a.logits + e);
+  __syncthreads();
+  if (warp == 0) route_one(logits, a.E, a.k, a.ids, a.weights);
+  if (threadIdx.x == 0) *a.counter = 0;
+}
+
+template <WeightFormat F, bool kQ8>
+__global__ void __launch_bounds__(kWarps * 32, 2) gate_up_kernel(const MoeDecodeArgs a, int sub) {
+  extern __shared__ float4 smem4[];
+  let_next_kernel_start();
+  gate_up_block<F, kQ8>(a, sub, static_cast<int>(blockIdx.y), blockIdx.x, true,
+                        reinterpret_cast<float*>(smem4));
 }
 
 template <WeightFormat F, bool kQ8>
@@ -180,33 +196,48 @@ int elems_of(WeightFormat f) {
   return f == WeightFormat::kAffine4 ? 32 : f == WeightFormat::kAffine8 ? 16 : 8;
 }
 
+// Shared memory of a gate|up block: the staged input, 32 floats of scratch, (kQ8) its int8 form.
+template <WeightFormat F, bool kQ8>
+size_t gate_up_smem(int64_t H) {
+  return sizeof(float) * static_cast<size_t>(staged_floats<elems<F>()>(H) + 32) +
+         (kQ8 ? static_cast<size_t>(q8_staged_bytes(H)) : 0);
+}
 template <WeightFormat F>
+unsigned gate_up_blocks(const MoeDecodeArgs& a, int sub) {
+  return blocks_for(a.I, kWarps * (32 / sub) * (kRows / 2));
+}
+
+template <WeightFormat RF, WeightFormat F, bool kQ8>
 void launch_router(const MoeDecodeArgs& a, cudaStream_t stream) {
-  constexpr int E = elems<F>();
-  const int sub = gemv_group_lanes(a.H / E);
-  const int rows_per_block = kRouterWarps * (32 / sub) * kRouterRows;
+  constexpr int E = elems<RF>();
+  const int sub = gemv_group_lanes(a.H / E), sub_experts = gemv_group_lanes(a.H / elems<F>());
+  const int rows_per_block = kWarps * (32 / sub) * kRouterRows;
   const int router_blocks = static_cast<int>(blocks_for(a.E, rows_per_block));
-  const size_t smem = sizeof(float) * static_cast<size_t>(std::max<int64_t>(staged_floats<E>(a.H) + 32, a.E));
-  launch_kernel(router_kernel<F>, dim3(router_blocks + 1), dim3(kRouterWarps * 32), smem, stream, a.overlap,
-                "moe router", a, sub, router_blocks);
+  const size_t smem = std::max({sizeof(float) * static_cast<size_t>(staged_floats<E>(a.H) + 32),
+                                sizeof(float) * static_cast<size_t>(a.E), gate_up_smem<F, kQ8>(a.H)});
+  launch_kernel(router_kernel<RF, F, kQ8>, dim3(router_blocks + 1 + gate_up_blocks<F>(a, sub_experts)),
+                dim3(kWarps * 32), smem, stream, a.overlap, "moe router", a, sub, router_blocks, sub_experts);
 }
 
 template <WeightFormat F, bool kQ8>
 void launch_experts(const MoeDecodeArgs& a, cudaStream_t stream) {
   constexpr int E = elems<F>();
   const int sub_in = gemv_group_lanes(a.H / E);
-  const int pairs_per_block = kWarps * (32 / sub_in) * (kRows / 2);
-  const size_t gate_up_smem = sizeof(float) * static_cast<size_t>(staged_floats<E>(a.H) + 32) +
-                              (kQ8 ? static_cast<size_t>(q8_staged_bytes(a.H)) : 0);
-  launch_kernel(gate_up_kernel<F, kQ8>,
-                dim3(blocks_for(a.I, pairs_per_block), static_cast<unsigned>(a.k + 1)), dim3(kWarps * 32),
-                gate_up_smem, stream, a.overlap, "moe gate_up", a, sub_in);
+  launch_kernel(gate_up_kernel<F, kQ8>, dim3(gate_up_blocks<F>(a, sub_in), static_cast<unsigned>(a.k)),
+                dim3(kWarps * 32), gate_up_smem<F, kQ8>(a.H), stream, a.overlap, "moe gate_up", a, sub_in);
   const int sub_down = gemv_group_lanes(a.I / E);
   const int rows_per_block = (32 / sub_down) * kRows * kDownSteps;
   const size_t down_smem =
       sizeof(float) * static_cast<size_t>((a.k + 1) * (down_warp_floats<E>(a.I, kQ8) + rows_per_block));
   launch_kernel(down_kernel<F, kQ8>, dim3(blocks_for(a.H, rows_per_block)), dim3(32 * (a.k + 1)), down_smem,
                 stream, a.overlap, "moe down", a, sub_down);
+}
+
+template <WeightFormat F, bool kQ8>
+void launch_all(const MoeDecodeArgs& a, cudaStream_t stream) {
+  with_device_format(a.route_format, "moe_decode: router weights must be affine 4/8-bit or bf16",
+                     [&](auto rf) { launch_router<rf.value, F, kQ8>(a, stream); });
+  launch_experts<F, kQ8>(a, stream);
 }
 
 }  // namespace
@@ -227,24 +258,14 @@ bool moe_decode_fits(WeightFormat route_format, WeightFormat expert_format, int6
 void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
   if (a.E > 32 * kMaxExpertsPerLane || a.k >= kMaxDownWarps || a.k > a.E)
     check(cudaErrorInvalidValue, "moe_decode: expert count");
-  switch (a.route_format) {
-    case WeightFormat::kAffine4:
-      launch_router<WeightFormat::kAffine4>(a, stream);
-      break;
-    case WeightFormat::kAffine8:
-      launch_router<WeightFormat::kAffine8>(a, stream);
-      break;
-    default:
-      launch_router<WeightFormat::kBF16>(a, stream);
-  }
   switch (a.expert_format) {
     case WeightFormat::kAffine4:
-      if (a.q8) return launch_experts<WeightFormat::kAffine4, true>(a, stream);
-      return launch_experts<WeightFormat::kAffine4, false>(a, stream);
+      if (a.q8) return launch_all<WeightFormat::kAffine4, true>(a, stream);
+      return launch_all<WeightFormat::kAffine4, false>(a, stream);
     case WeightFormat::kAffine8:
-      return launch_experts<WeightFormat::kAffine8, false>(a, stream);
+      return launch_all<WeightFormat::kAffine8, false>(a, stream);
     default:
-      return launch_experts<WeightFormat::kBF16, false>(a, stream);
+      return launch_all<WeightFormat::kBF16, false>(a, stream);
   }
 }
 
