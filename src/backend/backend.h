@@ -36,7 +36,8 @@ struct BackendOptions {
   // CUDA optimizations to switch off, comma separated, for ablations (unknown names are an error).
   // Decode: "graph" (launch each step's kernels instead of replaying one CUDA graph), "fusion" (norms,
   // routing, SwiGLU, the expert combine and the DeltaNet prep as kernels of their own), "overlap" (no
-  // programmatic dependent launch). Prefill: "gemm" (the simple GEMM kernel instead of the pipelined
+  // programmatic dependent launch), "carry-z" (the DeltaNet z projection in the input projections' GEMV
+  // instead of in the decode step's launch). Prefill: "gemm" (the simple GEMM kernel instead of the pipelined
   // one), "conv" (DeltaNet conv walking the rows of a chunk in turn), "router" (a GEMV per row instead
   // of one f32 GEMM for chunks of 4096 rows), "attention-wgmma" (flash prefill on mma.sync instead of
   // warpgroup products, each head loading its own key tiles), "attention-pipeline" (the mma.sync flash

@@ -25,7 +25,7 @@ void EngineOptions::add_to(ArgParser& p) {
          &exact, "QWICK_EXACT");
   p.option({"--cuda-off"}, "LIST",
            "CUDA optimizations to switch off for ablations, comma separated: graph, fusion, overlap, "
-           "decode-attention, gemv-rows (decode); "
+           "decode-attention, gemv-rows, carry-z (decode); "
            "wgmma, gemm, conv, router, attention-wgmma, attention-pipeline, attention, chunked-scan, "
            "down-bf16, in-proj-stack (prefill)",
            &cuda_off, "QWICK_CUDA_OFF");

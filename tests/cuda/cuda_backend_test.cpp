@@ -37,7 +37,7 @@ struct RunSpec {
   bool fusion = true, overlap = true;
   bool int8 = false;  // int8 decode activations against 4-bit weights (device_int8, not exact)
   bool chunked_scan = true;
-  bool gemv_rows = true;
+  bool gemv_rows = true, carry_z = true;
   bool down_bf16 = true, in_proj_stack = true;
 };
 
@@ -47,7 +47,8 @@ std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& tok
   for (auto [on, lever] :
        {std::pair{run.graphs, "graph"}, std::pair{run.fusion, "fusion"}, std::pair{run.overlap, "overlap"},
         std::pair{run.chunked_scan, "chunked-scan"}, std::pair{run.gemv_rows, "gemv-rows"},
-        std::pair{run.down_bf16, "down-bf16"}, std::pair{run.in_proj_stack, "in-proj-stack"}})
+        std::pair{run.carry_z, "carry-z"}, std::pair{run.down_bf16, "down-bf16"},
+        std::pair{run.in_proj_stack, "in-proj-stack"}})
     if (!on) opt.cuda_off += std::string(opt.cuda_off.empty() ? "" : ",") + lever;
   opt.threads = 4;
   opt.exact = !run.int8;  // by default the f32 reference numerics, not the int8/bf16 fast paths

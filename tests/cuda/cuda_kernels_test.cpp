@@ -893,11 +893,31 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
                                          d_conv.data(), C};
         conv_args.row_parallel = row_parallel;
         if (n == 1 && row_parallel) {  // a decode step: conv, prepare and scan fused
-          cuda::deltanet_decode_step(
-              {conv_args, s.Hk, s.Dk, s.Hv, s.Dv, d_b.data(), d_a.data(), d_a_neg.data(), d_dt.data(),
-               d_rec.data(), d_o.data(), d_readers.data()},
-              nullptr);
+          cuda::DeltaNetDecodeStepArgs step{conv_args,   s.Hk,         s.Dk,       s.Hv,
+                                            s.Dv,        d_b.data(),   d_a.data(), d_a_neg.data(),
+                                            d_dt.data(), d_rec.data(), d_o.data(), d_readers.data()};
+          // At the model's shapes the launch also carries a z projection (4-bit, 2048 inputs, RMSNorm).
+          const int64_t H = 2048;
+          const HostMatrix zw = random_matrix(WeightFormat::kAffine4, Vt, H, 64, rng);
+          const auto zu = cuda::upload_matrix(zw.w, nullptr);
+          const auto x = randn(static_cast<size_t>(H), rng, 3.0f), nw = randn(static_cast<size_t>(H), rng);
+          DeviceArray<float> d_x(x), d_nw(nw), d_z(static_cast<size_t>(Vt));
+          const bool carry = cuda::deltanet_decode_step_carries_z(s.Dk, K, zu.m);
+          if (carry) {
+            step.z = zu.m;
+            step.z_x = d_x.data();
+            step.z_norm = d_nw.data();
+            step.z_eps = 1e-6f;
+            step.z_out = d_z.data();
+          }
+          cuda::deltanet_decode_step(step, nullptr);
           EXPECT_EQ(d_readers.download(), no_readers);
+          EXPECT_EQ(carry, s.Dk == 128);
+          if (carry) {
+            std::vector<float> normed(static_cast<size_t>(H));
+            rms_norm(x.data(), nw.data(), 1e-6f, H, normed.data());
+            EXPECT_LT(rel_err(d_z.download(), cpu_matmul(zw.w, normed, 1)), 2e-5) << "z";
+          }
         } else {
           cuda::deltanet_conv(conv_args, nullptr);
           cuda::deltanet_prepare({d_conv.data(), C, n, s.Hk, s.Dk, s.Hv, d_b.data(), d_a.data(), s.Hv,

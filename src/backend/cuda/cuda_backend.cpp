@@ -240,6 +240,8 @@ class CudaBackend final : public Backend {
         decode_attention_mma_ = false;
       else if (name == "gemv-rows")
         adapt_gemv_rows_ = false;
+      else if (name == "carry-z")
+        carry_z_ = false;
       else if (name == "wgmma" && gemm_kernel_ != GemmKernel::kSimple)
         gemm_kernel_ = GemmKernel::kPipelined;
       else if (name == "gemm")
@@ -263,6 +265,7 @@ class CudaBackend final : public Backend {
       else if (!name.empty())
         fail(
             "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, gemv-rows, "
+            "carry-z, "
             "wgmma, gemm, conv, router, attention-wgmma, attention-pipeline, attention, chunked-scan, "
             "down-bf16, in-proj-stack)",
             name);
@@ -696,20 +699,34 @@ class CudaBackend final : public Backend {
   }
 
   void decode_deltanet(const CudaDeltaNetWeights& w, int slot, const float* input_norm) {
+    // d_.proj slots: qkv, b, a, z. The fused step's launch may carry z (deltanet_decode_step_carries_z).
     const int64_t ps = proj_stride();
-    gemv_stack({w.qkv, w.z, w.b, w.a}, w.proj_table, mixer_input(input_norm), d_.proj, ps, input_norm);
+    float *proj_b = d_.proj + ps, *proj_a = d_.proj + 2 * ps, *proj_z = d_.proj + 3 * ps;
+    const bool z_along =
+        fuse_ && carry_z_ && !q8_ && deltanet_decode_step_carries_z(cfg_.lin_k_dim, cfg_.conv_kernel, w.z);
+    if (z_along)
+      gemv_stack({w.qkv, w.b, w.a}, w.proj_table, mixer_input(input_norm), d_.proj, ps, input_norm);
+    else
+      gemv_stack({w.qkv, w.b, w.a, w.z}, w.proj_table, mixer_input(input_norm), d_.proj, ps, input_norm);
     const auto& [conv_state, rec_state] = deltanet_state_[static_cast<size_t>(slot)];
     const DeltaNetConvArgs conv{d_.proj,    0,       1, cfg_.conv_channels(), w.conv, cfg_.conv_kernel,
                                 conv_state, d_.conv, 0};
     if (fuse_) {
-      deltanet_decode_step(
-          {conv, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, cfg_.lin_v_dim, d_.proj + 2 * ps,
-           d_.proj + 3 * ps, w.a_neg, w.dt_bias, rec_state, d_.dn_out, d_.dn_readers, overlap_},
-          stream_);
+      DeltaNetDecodeStepArgs step{
+          conv,    cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, cfg_.lin_v_dim, proj_b,  proj_a,
+          w.a_neg, w.dt_bias,          rec_state,      d_.dn_out,          d_.dn_readers,  overlap_};
+      if (z_along) {
+        step.z = w.z;
+        step.z_x = mixer_input(input_norm);
+        step.z_norm = input_norm;
+        step.z_eps = cfg_.rms_norm_eps;
+        step.z_out = proj_z;
+      }
+      deltanet_decode_step(step, stream_);
     } else {
       deltanet_conv(conv, stream_);
-      deltanet_prepare({d_.conv, 0, 1, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads,
-                        d_.proj + 2 * ps, d_.proj + 3 * ps, 0, w.a_neg, w.dt_bias, d_.beta, d_.decay},
+      deltanet_prepare({d_.conv, 0, 1, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, proj_b, proj_a,
+                        0, w.a_neg, w.dt_bias, d_.beta, d_.decay},
                        stream_);
       deltanet_scan({d_.conv, 0, d_.beta, d_.decay, 1, cfg_.lin_n_k_heads, cfg_.lin_n_v_heads, cfg_.lin_k_dim,
                      cfg_.lin_v_dim, rec_state, d_.dn_out, 0},
@@ -719,7 +736,7 @@ class CudaBackend final : public Backend {
       // out_proj · gated_norm(o, z): the per-head norm and the gate applied as the gemv reads o.
       GemvArgs a = gemv_args(w.out);
       a.x = d_.dn_out;
-      a.gate_z = d_.proj + ps;
+      a.gate_z = proj_z;
       a.head_dim = cfg_.lin_v_dim;
       a.norm_weight = w.norm;
       a.eps = cfg_.rms_norm_eps;
@@ -729,7 +746,7 @@ class CudaBackend final : public Backend {
       gemv(a, stream_);
       return;
     }
-    gated_rms_norm_rows({d_.dn_out, 0, d_.proj + ps, 0, 1, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm,
+    gated_rms_norm_rows({d_.dn_out, 0, proj_z, 0, 1, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm,
                          cfg_.rms_norm_eps, d_.dn_normed, nullptr, 0},
                         stream_);
     gemv_one(w.out, d_.dn_normed, d_.x, true);
@@ -1072,6 +1089,7 @@ class CudaBackend final : public Backend {
   bool use_graph_ = true, fuse_ = true, overlap_ = true;  // decode
   bool decode_attention_mma_ = true;
   bool adapt_gemv_rows_ = true;                  // GemvArgs::adapt_rows
+  bool carry_z_ = true;                          // DeltaNetDecodeStepArgs::z
   int attention_splits_ = 1;                     // decode attention: context ranges per kv head
   GemmKernel gemm_kernel_ = GemmKernel::kWgmma;  // prefill
   bool row_parallel_conv_ = true;

@@ -330,7 +330,7 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
                             M(lp.mats[4]), stacked(lp.in_stack), nullptr,       V(lp.vecs[0]),
                             V(lp.vecs[1]), V(lp.vecs[2]),        V(lp.vecs[3])};
       refs[L].proj = tables.size();
-      tables.insert(tables.end(), {d.qkv, d.z, d.b, d.a});
+      tables.insert(tables.end(), {d.qkv, d.b, d.a, d.z});
       cl.mixer = d;
     }
     CudaMoeWeights& m = cl.moe;

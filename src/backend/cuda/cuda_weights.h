@@ -27,7 +27,7 @@ struct CudaAttentionWeights {
 struct CudaDeltaNetWeights {
   DeviceMatrix qkv, z, b, a, out;  // shapes as DeltaNetWeights
   DeviceMatrix in_proj;            // qkv|z|b|a as one matrix (rows 0: their formats differ)
-  const DeviceMatrix* proj_table;  // device [4]: qkv, z, b, a
+  const DeviceMatrix* proj_table;  // device [4]: qkv, b, a, z (the decode step may carry z)
   const float* conv;               // [channels, K]
   const float* a_neg;              // [Hv]
   const float* dt_bias;            // [Hv]

@@ -4,6 +4,7 @@
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
 #include "kernels/deltanet/deltanet_cuda.h"
+#include "kernels/matmul/gemv_core.cuh"
 
 namespace qwick::cuda {
 namespace {
@@ -261,8 +262,59 @@ constexpr int kMaxStepDk = 128;  // q and k of a key head staged in shared memor
 // channels are read by every block of its value heads, so their window moves on only once all of
 // them have read it: each block counts itself in readers[kh] after its reads, and the last one
 // writes the window and resets the count. The value channels and the state rows are the block's own.
-template <int EPL, int K>
-__global__ void __launch_bounds__(kScanWarps * 32) decode_step_kernel(DeltaNetDecodeStepArgs a) {
+// The z projection's rows carried by the step's launch (DeltaNetDecodeStepArgs::z), computed as the
+// decode GEMV does (gemv_core.cuh): a lane group of up to 16 lanes owns four rows, with four chunks a
+// lane in flight, so a block of four warps covers 32 rows of the model's z (4096 × 2048) and the launch
+// is one wave: 128 step blocks and 128 z blocks, two of the kernel's blocks per SM.
+constexpr int kZRowsPerGroup = 4, kZUnroll = 4;
+template <WeightFormat F>
+int z_lanes(int64_t cols) {
+  return std::min(16, gemv_group_lanes(cols / ChunkTraits<F>::kElems));
+}
+template <WeightFormat F>
+int64_t z_rows_per_block(int64_t cols) {
+  return int64_t{kScanWarps} * (32 / z_lanes<F>(cols)) * kZRowsPerGroup;
+}
+template <WeightFormat F>
+__device__ __forceinline__ void z_block(const DeviceMatrix m, const float* x, const float* norm, float eps,
+                                     float* out, int64_t block, int sub) {
+  constexpr int E = ChunkTraits<F>::kElems;
+  extern __shared__ float4 smem4[];
+  float* xs = reinterpret_cast<float*>(smem4);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane / sub, lane_g = lane % sub;
+  const int64_t row0 = block * kScanWarps * (32 / sub) * kZRowsPerGroup +
+                       static_cast<int64_t>(warp * (32 / sub) + group) * kZRowsPerGroup;
+  WeightRow rows[kZRowsPerGroup];
+#pragma unroll
+  for (int r = 0; r < kZRowsPerGroup; ++r) rows[r] = weight_row(m, row0 + r);
+  float factor = 1.0f;
+  auto stage = [&] {
+    wait_for_previous_kernel();  // the residual comes from the kernel before the input projection
+    if (norm)
+      factor = stage_norm<E, 1>(x, norm, eps, m.cols, xs, xs + staged_floats<E>(m.cols));
+    else
+      stage_plain<E, 1>(x, m.cols, xs, threadIdx.x, blockDim.x);
+    __syncthreads();
+  };
+  float acc[kZRowsPerGroup];
+  dot_rows<F, kZRowsPerGroup, kZUnroll>(rows, m.cols / E, m.group_size, sub, lane_g, xs, true, stage, acc);
+  if (lane_g != 0) return;
+#pragma unroll
+  for (int r = 0; r < kZRowsPerGroup; ++r)
+    if (row0 + r < m.rows) out[row0 + r] = factor * acc[r];
+}
+
+// kZ: the launch also carries the z projection (format ZF) in blocks past the step's Hv columns.
+template <int EPL, int K, bool kZ = false, WeightFormat ZF = WeightFormat::kAffine4>
+__global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)
+    decode_step_kernel(DeltaNetDecodeStepArgs a, int z_sub) {
+  if constexpr (kZ) {
+    if (static_cast<int>(blockIdx.x) >= a.Hv) {
+      let_next_kernel_start();
+      return z_block<ZF>(a.z, a.z_x, a.z_norm, a.z_eps, a.z_out,
+                         (static_cast<int64_t>(blockIdx.x) - a.Hv) * gridDim.y + blockIdx.y, z_sub);
+    }
+  }
   constexpr int kThreads = kScanWarps * 32, kQkPerThread = kMaxStepDk / kThreads;
   __shared__ float qs[kMaxStepDk], ks[kMaxStepDk], vs[kScanRowsPerBlock], scratch[32], beta_decay[2];
   __shared__ bool last;
@@ -333,19 +385,39 @@ void launch_decode_step(const DeltaNetDecodeStepArgs& a, cudaStream_t stream) {
   switch (a.conv.K) {
     case 2:
       return launch_kernel(decode_step_kernel<EPL, 2>, grid, dim3(kScanWarps * 32), 0, stream, a.overlap,
-                           "deltanet_decode_step", a);
+                           "deltanet_decode_step", a, 0);
     case 3:
       return launch_kernel(decode_step_kernel<EPL, 3>, grid, dim3(kScanWarps * 32), 0, stream, a.overlap,
-                           "deltanet_decode_step", a);
+                           "deltanet_decode_step", a, 0);
     case 4:
       return launch_kernel(decode_step_kernel<EPL, 4>, grid, dim3(kScanWarps * 32), 0, stream, a.overlap,
-                           "deltanet_decode_step", a);
+                           "deltanet_decode_step", a, 0);
     default:
       check(cudaErrorInvalidValue, "deltanet_decode_step: kernel size must be 2..4");
   }
 }
 
+// The step with the z projection along (Dk 128, conv kernel 4): its blocks take further columns of the
+// grid, as many as cover z's rows.
+template <WeightFormat F>
+void launch_decode_step_with_z(const DeltaNetDecodeStepArgs& a, cudaStream_t stream) {
+  constexpr int E = ChunkTraits<F>::kElems;
+  const unsigned cols = static_cast<unsigned>(a.Dv / kScanRowsPerBlock);
+  const int64_t z_blocks = blocks_for(a.z.rows, static_cast<int>(z_rows_per_block<F>(a.z.cols)));
+  const dim3 grid(static_cast<unsigned>(a.Hv + (z_blocks + cols - 1) / cols), cols);
+  const size_t smem = sizeof(float) * static_cast<size_t>(staged_floats<E>(a.z.cols) + 32);
+  launch_kernel(decode_step_kernel<4, 4, true, F>, grid, dim3(kScanWarps * 32), smem, stream, a.overlap,
+                "deltanet_decode_step", a, z_lanes<F>(a.z.cols));
+}
+
 }  // namespace
+
+bool deltanet_decode_step_carries_z(int Dk, int conv_kernel, const DeviceMatrix& z) {
+  const bool format = z.format == WeightFormat::kAffine4 || z.format == WeightFormat::kAffine8 ||
+                      z.format == WeightFormat::kBF16;
+  // The staged input within the default 48 KB of shared memory.
+  return Dk == 128 && conv_kernel == 4 && format && z.cols % 64 == 0 && z.cols <= 8192;
+}
 
 void deltanet_conv(const DeltaNetConvArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
@@ -374,6 +446,12 @@ void deltanet_prepare(const DeltaNetPrepareArgs& a, cudaStream_t stream) {
 void deltanet_decode_step(const DeltaNetDecodeStepArgs& a, cudaStream_t stream) {
   if (a.conv.n != 1 || a.Dv % kScanRowsPerBlock != 0 || a.Hk <= 0 || a.Hv % a.Hk != 0)
     check(cudaErrorInvalidValue, "deltanet_decode_step: shape");
+  if (a.z.rows > 0) {
+    if (!deltanet_decode_step_carries_z(a.Dk, a.conv.K, a.z))
+      check(cudaErrorInvalidValue, "deltanet_decode_step: cannot carry this z projection");
+    return with_device_format(a.z.format, "deltanet_decode_step: z format",
+                              [&](auto f) { launch_decode_step_with_z<f.value>(a, stream); });
+  }
   switch (a.Dk) {
     case 32:
       launch_decode_step<1>(a, stream);

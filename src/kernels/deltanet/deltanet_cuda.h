@@ -23,6 +23,8 @@
 
 #include <cstdint>
 
+#include "kernels/matmul/matmul_cuda.h"
+
 namespace qwick::cuda {
 
 struct DeltaNetConvArgs {
@@ -81,7 +83,19 @@ struct DeltaNetDecodeStepArgs {
   float* out;    // [Hv · Dv]
   int* readers;  // [Hk] zero, and zero again after the launch: blocks done reading each key head's window
   bool overlap = false;  // a programmatic dependent launch (launch_kernel)
+  // Optional (z.rows > 0, where deltanet_decode_step_carries_z): the mixer's z projection, riding
+  // along in blocks of its own, z_out = z · RMSNorm(z_x) (z_norm: the norm's weight, 1 + w; null: z_x
+  // as it is). The step does not read z (the out projection does), and its 128 small blocks leave
+  // most of the GPU idle; without z the input projection's stack is one wave of blocks, not 1.5.
+  DeviceMatrix z = {};
+  const float* z_x = nullptr;
+  const float* z_norm = nullptr;
+  float z_eps = 0.0f;
+  float* z_out = nullptr;
 };
 void deltanet_decode_step(const DeltaNetDecodeStepArgs& a, cudaStream_t stream);
+// Whether the step's launch can carry the z projection: the model's shapes (Dk 128, conv kernel 4)
+// and a weight format the GEMVs take, with f32 activations.
+bool deltanet_decode_step_carries_z(int Dk, int conv_kernel, const DeviceMatrix& z);
 
 }  // namespace qwick::cuda
