@@ -255,13 +255,6 @@ __device__ __forceinline__ void conv_shift(const DeltaNetConvArgs& a, int64_t c,
   a.state[(K - 2) * a.C + c] = x;
 }
 
-constexpr int kMaxStepDk = 128;  // q and k of a key head staged in shared memory, one channel a thread
-
-// The decode step of one (value head, 32 state rows) block: conv + SiLU of its key head's q and k
-// channels and of its 32 value channels, the L2 norms, the gates, then token_step. The key head's
-// channels are read by every block of its value heads, so their window moves on only once all of
-// them have read it: each block counts itself in readers[kh] after its reads, and the last one
-// writes the window and resets the count. The value channels and the state rows are the block's own.
 // The z projection's rows carried by the step's launch (DeltaNetDecodeStepArgs::z), computed as the
 // decode GEMV does (gemv_core.cuh): a lane group of up to 16 lanes owns four rows, with four chunks a
 // lane in flight, so a block of four warps covers 32 rows of the model's z (4096 × 2048) and the launch
@@ -277,7 +270,7 @@ int64_t z_rows_per_block(int64_t cols) {
 }
 template <WeightFormat F>
 __device__ __forceinline__ void z_block(const DeviceMatrix m, const float* x, const float* norm, float eps,
-                                     float* out, int64_t block, int sub) {
+                                        float* out, int64_t block, int sub) {
   constexpr int E = ChunkTraits<F>::kElems;
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);
@@ -304,6 +297,13 @@ __device__ __forceinline__ void z_block(const DeviceMatrix m, const float* x, co
     if (row0 + r < m.rows) out[row0 + r] = factor * acc[r];
 }
 
+constexpr int kMaxStepDk = 128;  // q and k of a key head staged in shared memory, one channel a thread
+
+// The decode step of one (value head, 32 state rows) block: conv + SiLU of its key head's q and k
+// channels and of its 32 value channels, the L2 norms, the gates, then token_step. The key head's
+// channels are read by every block of its value heads, so their window moves on only once all of
+// them have read it: each block counts itself in readers[kh] after its reads, and the last one
+// writes the window and resets the count. The value channels and the state rows are the block's own.
 // kZ: the launch also carries the z projection (format ZF) in blocks past the step's Hv columns.
 template <int EPL, int K, bool kZ = false, WeightFormat ZF = WeightFormat::kAffine4>
 __global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)

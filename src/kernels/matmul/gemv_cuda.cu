@@ -96,21 +96,27 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(const Gem
   }
 }
 
-// Rows per lane group: 4, unless that leaves the GPU less than one wave of blocks (kMinBlocks per
-// multiprocessor); then 2 or 1, the most that still fills it. (Measured against choosing by the
-// fullest last wave, which also split the 12352-row DeltaNet and 9216-row attention stacks: 369 against
-// 379 tok/s at 4K.)
+// Rows per lane group: the fewest waves of blocks (kMinBlocks per multiprocessor), and for as many
+// waves the fewest rows (more, shorter blocks): the 2048-row output projections take 1 (256 blocks,
+// where 4 gave 64), the DeltaNet qkv|b|a stack 4 (258 blocks; 2 would give 516, two waves). A
+// block's life is mostly fixed latency, so a second wave costs nearly as much as the first. (Measured
+// against choosing by the fullest last wave, which split the 12352-row DeltaNet and 9216-row attention
+// stacks: 369 against 379 tok/s at 4K.)
 int rows_per_group(const GemvArgs& a, int sub) {
   if (!a.adapt_rows) return 4;
-  int64_t rows = 0;
-  if (a.table && !a.index && a.problems <= kGemvMaxStack && a.stack_rows[0] > 0)
-    for (int p = 0; p < a.problems; ++p) rows += a.stack_rows[p];
-  else
-    rows = a.max_rows * a.problems;
-  const int64_t slots = int64_t{kMinBlocks} * multiprocessor_count(), groups = int64_t{kWarps} * (32 / sub);
-  for (int r : {4, 2})
-    if (rows / (groups * r) >= slots) return r;
-  return 1;
+  const int64_t groups = int64_t{kWarps} * (32 / sub), slots = int64_t{kMinBlocks} * multiprocessor_count();
+  auto waves = [&](int r) {
+    int64_t blocks = 0;
+    if (a.table && !a.index && a.problems <= kGemvMaxStack && a.stack_rows[0] > 0)
+      for (int p = 0; p < a.problems; ++p) blocks += (a.stack_rows[p] + groups * r - 1) / (groups * r);
+    else
+      blocks = (a.max_rows + groups * r - 1) / (groups * r) * a.problems;
+    return (blocks + slots - 1) / slots;
+  };
+  int best = 4;
+  for (int r : {2, 1})
+    if (waves(r) <= waves(best)) best = r;
+  return best;
 }
 
 template <WeightFormat F, Transform T, bool kQ8, int kRows>
