@@ -46,7 +46,8 @@ struct BackendOptions {
   // ldmatrix.trans), "chunked-scan" (the DeltaNet token scan for every chunk instead of the chunked WY
   // form from 64 rows on), "down-bf16" (the routed experts' down projection written in f32 instead of
   // bf16 for the combine), "in-proj-stack" (the mixer's input projections as one GEMM per matrix
-  // instead of one over their stacked rows).
+  // instead of one over their stacked rows), "expert-tiles-144" (expert groups in tiles of 128 slots
+  // instead of 144).
   std::string cuda_off;
 };
 

@@ -98,6 +98,22 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], const uint32_t
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1), "n"(kTransB ? 1 : 0));
 }
 
+// The same for B 144×16: the first 72 accumulators (an expert's rows up to 144 in one product).
+template <int R, bool kTransB = false>
+__device__ __forceinline__ void wgmma_m64n144k16(float (&d)[R], const uint32_t (&a)[4], uint64_t desc_b) {
+  static_assert(R >= 72, "m64n144 accumulates into 72 registers");
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %77, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n144k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
+      "%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,"
+      "%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71"
+      "}, {%72,%73,%74,%75}, %76, p, 1, 1, %78;\n}\n"
+      : QWICK_ACC8(0), QWICK_ACC8(8), QWICK_ACC8(16), QWICK_ACC8(24), QWICK_ACC8(32), QWICK_ACC8(40),
+        QWICK_ACC8(48), QWICK_ACC8(56), QWICK_ACC8(64)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1), "n"(kTransB ? 1 : 0));
+}
+
 // The same for B 128×16: the first 64 accumulators (columns 0..127 in the layout above).
 template <int R, bool kTransB = false>
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[R], const uint32_t (&a)[4], uint64_t desc_b) {

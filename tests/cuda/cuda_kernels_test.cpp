@@ -320,10 +320,12 @@ constexpr GemmVariant kGemmVariants[] = {{cuda::GemmKernel::kSimple, 64, "simple
                                          {cuda::GemmKernel::kPipelined, 128, "pipelined 128x128"},
                                          {cuda::GemmKernel::kWgmma, 64, "wgmma 64x128"},
                                          {cuda::GemmKernel::kWgmma, 128, "wgmma 128x128"},
+                                         {cuda::GemmKernel::kWgmma, 144, "wgmma 144x128"},
                                          {cuda::GemmKernel::kWgmma, 256, "wgmma 256x128"}};
 
 // The three GEMM kernels, the two 128-output ones with 64- and 128-slot tiles, the wgmma one also
-// with 256 (whose last tile of 300 rows takes its 64-wide product, of 65 rows its 128-wide one). Beyond
+// with 144 and 256 (whose last tile of 300 rows takes its 64-wide product, of 65 rows its 128-wide
+// one; 300 rows are two full 144-wide products and a 64-wide one). Beyond
 // the shared cases: an odd number of groups per row (the group words then start at odd elements on every
 // other row) and groups of 96 (a 64-wide slice then spans two groups at either parity).
 TEST(Gemm, MatchesCpuOverFormatsShapesAndRowCounts) {
@@ -507,14 +509,14 @@ TEST(Moe, GroupingGroupedGemmAndCombine) {
     }
     const auto weights = randn(static_cast<size_t>(pairs), rng);
     const auto x = round_bf16(randn(static_cast<size_t>(n * H), rng));
-    DeviceArray<int32_t> d_ids(ids), counts(E), offsets(E + 1), fill(E), slot_row(static_cast<size_t>(pairs)),
+    DeviceArray<int32_t> d_ids(ids), offsets(E + 1), fill(E), slot_row(static_cast<size_t>(pairs)),
         slot_of(static_cast<size_t>(pairs)), tile_count(1);
     const int64_t max_tiles = cuda::moe_max_tiles(pairs, E);
     DeviceArray<cuda::GemmTile> tiles(static_cast<size_t>(max_tiles));
-    for (int tile_rows : {64, 128}) {
+    for (int tile_rows : {64, 128, 144}) {
       SCOPED_TRACE(fmt::format("tiles of {} rows", tile_rows));
-      cuda::MoeGrouping g{counts.data(),  offsets.data(), fill.data(),       slot_row.data(),
-                          slot_of.data(), tiles.data(),   tile_count.data(), tile_rows};
+      cuda::MoeGrouping g{offsets.data(), fill.data(),       slot_row.data(), slot_of.data(),
+                          tiles.data(),   tile_count.data(), tile_rows};
       cuda::moe_group(d_ids.data(), n, k, E, g, nullptr);
 
       // Structure: offsets are the exclusive scan of the histogram, slot_of is a permutation that puts
@@ -630,8 +632,11 @@ TEST(Gemm, Timing) {
   auto report = [&](const std::string& what, double flop, cuda::GemmArgs a) {
     fmt::print("{:<32}", what);
     for (auto kernel : {cuda::GemmKernel::kSimple, cuda::GemmKernel::kPipelined, cuda::GemmKernel::kWgmma}) {
-      if (kernel == cuda::GemmKernel::kSimple && a.tiles && a.tile_rows == 128) {
-        fmt::print(" {:>10}", "-");  // 64-row tiles only
+      // The simple kernel takes tile lists of 64 rows, the pipelined one up to 128.
+      if (a.tiles && a.tile_rows > (kernel == cuda::GemmKernel::kSimple      ? 64
+                                    : kernel == cuda::GemmKernel::kPipelined ? 128
+                                                                             : 256)) {
+        fmt::print(" {:>10}", "-");
         continue;
       }
       a.kernel = kernel;
@@ -674,14 +679,14 @@ TEST(Gemm, Timing) {
     std::shuffle(pick.begin(), pick.end(), rng);
     std::copy(pick.begin(), pick.begin() + k, ids.begin() + t * k);
   }
-  DeviceArray<int32_t> d_ids(ids), counts(E), offsets(E + 1), fill(E), slot_row(static_cast<size_t>(pairs)),
+  DeviceArray<int32_t> d_ids(ids), offsets(E + 1), fill(E), slot_row(static_cast<size_t>(pairs)),
       slot_of(static_cast<size_t>(pairs)), tile_count(1);
   const int64_t max_tiles = cuda::moe_max_tiles(pairs, E);
   DeviceArray<cuda::GemmTile> tiles(static_cast<size_t>(max_tiles));
   DeviceArray<uint16_t> act(to_bf16(randn(static_cast<size_t>(pairs * I), rng)));
-  for (int tile_rows : {64, 128}) {
-    cuda::MoeGrouping g{counts.data(),  offsets.data(), fill.data(),       slot_row.data(),
-                        slot_of.data(), tiles.data(),   tile_count.data(), tile_rows};
+  for (int tile_rows : {64, 128, 144}) {
+    cuda::MoeGrouping g{offsets.data(), fill.data(),       slot_row.data(), slot_of.data(),
+                        tiles.data(),   tile_count.data(), tile_rows};
     cuda::moe_group(d_ids.data(), n, k, E, g, nullptr);
     const auto [gate_up, down] =
         expert_gemms(table_dev.data(), g, max_tiles, H, I, dx.data(), dy.data(), act.data(), dy.data());

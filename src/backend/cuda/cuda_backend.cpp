@@ -262,12 +262,14 @@ class CudaBackend final : public Backend {
         down_bf16_ = false;
       else if (name == "in-proj-stack")
         stack_in_proj_ = false;
+      else if (name == "expert-tiles-144")
+        wide_expert_tiles_ = false;
       else if (!name.empty())
         fail(
             "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, gemv-rows, "
             "carry-z, "
             "wgmma, gemm, conv, router, attention-wgmma, attention-pipeline, attention, chunked-scan, "
-            "down-bf16, in-proj-stack)",
+            "down-bf16, in-proj-stack, expert-tiles-144)",
             name);
       begin = end + 1;
     }
@@ -425,16 +427,12 @@ class CudaBackend final : public Backend {
       p_.shared_logit = c.take<float>(u(n));
       p_.ids = c.take<int32_t>(u(pairs));
       p_.weights = c.take<float>(u(pairs));
-      p_.grouping.counts = c.take<int32_t>(u(E));
       p_.grouping.offsets = c.take<int32_t>(u(E + 1));
       p_.grouping.fill = c.take<int32_t>(u(E));
       p_.grouping.slot_row = c.take<int32_t>(u(pairs));
       p_.grouping.slot_of = c.take<int32_t>(u(pairs));
       p_.grouping.tiles = c.take<GemmTile>(u(moe_max_tiles(pairs, static_cast<int>(E))));
       p_.grouping.tile_count = c.take<int32_t>(1);
-      // The wgmma kernel takes expert groups in 128-slot tiles: each dequantized W slice then serves
-      // up to 128 rows instead of 64. (gemm() runs it only for gate|up widths a multiple of 128.)
-      p_.grouping.tile_rows = gemm_kernel_ == GemmKernel::kWgmma && I % 128 == 0 ? 128 : kGemmTileRows;
       p_.gate_up = c.take<float>(u(pairs * 2 * I));
       p_.act = c.take<uint16_t>(u(pairs * I));
       p_.down = c.take<float>(u(pairs * H));
@@ -952,6 +950,18 @@ class CudaBackend final : public Backend {
     gemm_one(w.out, p_.dn16, Vt, n, p_.hidden, H, true);
   }
 
+  // Most slots per tile of the expert groups of an n-row chunk. The wgmma kernel takes 128 (64 for the
+  // others: each dequantized W slice then serves up to 128 rows); gemm() runs it only for gate|up
+  // widths a multiple of 128. It takes 144 once an expert's rows (n·k/E on average, give or take
+  // its square root for an even router) often pass 128: at a 4096-row chunk, 128 ± 11, 128-slot
+  // tiles left a thin second tile, which decodes the whole W slice again, for half the experts.
+  // Shorter chunks keep 128: the 144-slot kernel has one pipeline stage fewer.
+  int expert_tile_rows(int64_t n) const {
+    const int64_t E = cfg_.n_experts, k = cfg_.n_experts_per_tok, I = cfg_.expert_dim;
+    if (gemm_kernel_ != GemmKernel::kWgmma || I % 128 != 0) return kGemmTileRows;
+    return wide_expert_tiles_ && n * k >= 112 * E ? 144 : 128;
+  }
+
   void prefill_moe(const CudaMoeWeights& w, int64_t n) {
     const int64_t H = cfg_.hidden_size, E = cfg_.n_experts, k = cfg_.n_experts_per_tok, I = cfg_.expert_dim,
                   S = cfg_.shared_expert_dim;
@@ -969,6 +979,7 @@ class CudaBackend final : public Backend {
     }
     timer_.mark("moe: route, group");
     moe_route(p_.router, E, n, static_cast<int>(E), static_cast<int>(k), p_.ids, p_.weights, stream_);
+    p_.grouping.tile_rows = expert_tile_rows(n);
     moe_group(p_.ids, n, static_cast<int>(k), static_cast<int>(E), p_.grouping, stream_);
 
     GemmArgs gu;
@@ -1096,6 +1107,7 @@ class CudaBackend final : public Backend {
   bool router_gemm_ = true;
   bool chunked_scan_ = true;
   bool down_bf16_ = true;
+  bool wide_expert_tiles_ = true;
   bool stack_in_proj_ = true;
   AttentionPrefillVariant attention_ = AttentionPrefillVariant::kWgmma;
   bool q8_;  // BackendOptions::device_int8, unless exact

@@ -254,6 +254,7 @@ void launch_format(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
 
 void gemm_pipelined(const GemmArgs& a, cudaStream_t stream) {
   const RowTiling t = row_tiling(a, 2 * multiprocessor_count());  // one 128-slot block fits an SM
+  if (t.rows > 128) check(cudaErrorInvalidValue, "gemm_pipelined: tiles of 64 or 128 rows");
   if (t.tiles == 0) return;
   if (t.rows == 128)
     launch_format<128>(a, t.tiles, stream);

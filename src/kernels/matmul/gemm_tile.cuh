@@ -43,7 +43,8 @@ __device__ __forceinline__ bool gemm_block(const GemmArgs& a, GemmBlock* b) {
   return true;
 }
 
-// Slots per tile and row tiles of a launch with 128 outputs per block: a tile list's tile_rows; for
+// Slots per tile and row tiles of a launch with 128 outputs per block: a tile list's tile_rows (64, 128,
+// or 144 for the wgmma kernel); for
 // plain GEMMs tile_rows when forced, else the most of `max_rows` (128 or 256), 128 and 64 that still
 // give the launch min_blocks_256 (256-slot tiles, one block per SM) or min_blocks (128) blocks: short
 // chunks and narrow matrices would otherwise leave SMs idle. row_tiles 0: nothing to do.
@@ -55,14 +56,18 @@ inline RowTiling row_tiling(const GemmArgs& a, int64_t min_blocks, int max_rows 
                             int64_t min_blocks_256 = 0) {
   static_assert(kGemmTileRows == 64, "tile lists of kGemmTileRows take 64-slot tiles");
   if (a.tiles)
-    return {a.tile_rows == 128 ? 128 : 64, a.max_tiles > 0 ? static_cast<unsigned>(a.max_tiles) : 0u};
+    return {a.tile_rows == 128 || a.tile_rows == 144 ? a.tile_rows : 64,
+            a.max_tiles > 0 ? static_cast<unsigned>(a.max_tiles) : 0u};
   if (a.n <= 0) return {};
   const auto blocks = [&](int rows) {
     return static_cast<int64_t>(blocks_for(a.n, rows)) * blocks_for(a.N, 128);
   };
   int rows = 64;
   if (a.tile_rows != 0)
-    rows = a.tile_rows == 256 && max_rows == 256 ? 256 : a.tile_rows == 64 ? 64 : 128;
+    rows = a.tile_rows == 256 && max_rows == 256   ? 256
+           : a.tile_rows == 144 && max_rows == 256 ? 144
+           : a.tile_rows == 64                     ? 64
+                                                   : 128;
   else if (max_rows == 256 && blocks(256) >= min_blocks_256)
     rows = 256;
   else if (blocks(128) >= min_blocks)

@@ -3,8 +3,9 @@
 // thread straight into its registers, and the activations X are the B operand in shared memory.
 //
 //   tiles     128 outputs (W rows) × BT slots per block, two warpgroups of 64 W rows each, issuing
-//             wgmma m64nBTk16 over 64-wide k slices: BT = 64 or 128 with two blocks per SM, 256 (plain
-//             GEMMs of enough rows, one block per SM: each decoded W value then serves twice the
+//             wgmma m64nBTk16 over 64-wide k slices: BT = 64, 128 or 144 with two blocks per SM (144:
+//             expert groups, whose rows at a 4096-row chunk are 128 ± 11, so most fit one tile), 256
+//             (plain GEMMs of enough rows, one block per SM: each decoded W value then serves twice the
 //             slots); tiles holding fewer slots take the narrowest product that covers them
 //   pipeline  S slices in flight through cp.async: the X tile (gathered through x_rows; slots past
 //             the tile repeat its last one) already in wgmma's swizzled layout, and W in its file
@@ -205,8 +206,9 @@ __global__ void __launch_bounds__(kThreads, Layout<F, BT>::kBlocksPerSM) gemm_wg
   // Everything a thread copies keeps its place in every slice: sources advance by a slice per load,
   // destinations are fixed offsets within a stage. Slots past the tile copy its last slot and rows past
   // the matrix its last row: what they add up lands in accumulators that are never stored, and no copy
-  // needs a predicate. Thread i's X rows are i / 8 + 32j, so their swizzle is the same for every j.
-  constexpr int kXPerThread = BT * 8 / kThreads, kWPerThread = kBW * R::kChunks / kThreads;
+  // needs a predicate. Thread i's X rows are i / 8 + 32j (those at or past the product's width are not
+  // copied), so their swizzle is the same for every j.
+  constexpr int kXPerThread = (BT * 8 + kThreads - 1) / kThreads, kWPerThread = kBW * R::kChunks / kThreads;
   constexpr int kSBPerThread = F == WeightFormat::kBF16 ? 0 : kBW * 4 / kThreads;
   const uint16_t* x_src[kXPerThread];
 #pragma unroll
@@ -234,7 +236,7 @@ __global__ void __launch_bounds__(kThreads, Layout<F, BT>::kBlocksPerSM) gemm_wg
     const uint32_t base = stages + load_stage * L::kStageBytes, raw = base + L::kXBytes;
 #pragma unroll
     for (int j = 0; j < kXPerThread; ++j) {
-      if (j * (kThreads / 8) < width)
+      if (j * (kThreads / 8) + (threadIdx.x >> 3) < width)
         cp_async16_shared(base + x_dst + j * (kThreads / 8) * 128, x_src[j], true);
       x_src[j] += kBK;
     }
@@ -324,6 +326,10 @@ __global__ void __launch_bounds__(kThreads, Layout<F, BT>::kBlocksPerSM) gemm_wg
           for (int kk = 0; kk < kBK / 16; ++kk) wgmma_m64n128k16(acc, f[kk], wgmma_desc(x_tile + 32 * kk));
           wgmma_commit();
         }
+      } else if constexpr (BT == 144) {
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) wgmma_m64n144k16(acc, f[kk], wgmma_desc(x_tile + 32 * kk));
+        wgmma_commit();
       } else if constexpr (BT == 256) {
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) wgmma_m64n256k16(acc, f[kk], wgmma_desc(x_tile + 32 * kk));
@@ -386,6 +392,8 @@ void gemm_wgmma(const GemmArgs& a, cudaStream_t stream) {
   if (t.tiles == 0) return;
   if (t.rows == 256)
     launch_format<256>(a, t.tiles, stream);
+  else if (t.rows == 144)
+    launch_format<144>(a, t.tiles, stream);
   else if (t.rows == 128)
     launch_format<128>(a, t.tiles, stream);
   else

@@ -80,7 +80,7 @@ inline bool gemv_q8_fits(const DeviceMatrix& m) {
 }
 
 // A tile of the grouped GEMM: rows (slots) [begin, end) of group `group`, at most GemmArgs::tile_rows:
-// kGemmTileRows for every kernel, twice that for the 128-output ones.
+// kGemmTileRows for every kernel, twice that for the 128-output ones, 144 for the wgmma one.
 struct GemmTile {
   int32_t group, begin, end;
 };
@@ -115,8 +115,9 @@ struct GemmArgs {
   const int32_t* tile_count = nullptr;  // device
   int64_t max_tiles = 0;                // grid bound for the tile list
   GemmKernel kernel = GemmKernel::kWgmma;
-  // Plain GEMMs: 0 picks the tile's slots by shape, 64, 128 or (the wgmma kernel) 256 forces them.
-  // Tile lists: the most slots a tile holds, kGemmTileRows or (not for the simple kernel) 128.
+  // Plain GEMMs: 0 picks the tile's slots by shape, 64, 128 or (the wgmma kernel) 144 or 256 forces them.
+  // Tile lists: the most slots a tile holds, kGemmTileRows, (not for the simple kernel) 128, or (the
+  // wgmma kernel) 144: an expert's rows at a 4096-row chunk, 128 on average, then mostly fit one tile.
   int tile_rows = 0;
 };
 void gemm(const GemmArgs& args, cudaStream_t stream);

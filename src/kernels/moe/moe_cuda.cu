@@ -30,32 +30,71 @@ __global__ void route_decode_kernel(const float* logits, int E, int k, int32_t* 
   }
 }
 
-__global__ void histogram_kernel(const int32_t* ids, int64_t pairs, int32_t* counts) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < pairs) atomicAdd(&counts[ids[i]], 1);
-}
-
-// One block: exclusive scan of the counts into offsets and tile starts, then the tile list.
-__global__ void scan_tiles_kernel(const int32_t* counts, int E, int tile_rows, int32_t* offsets,
-                                  int32_t* fill, GemmTile* tiles, int32_t* tile_count) {
-  __shared__ int32_t slot_base[1025], tile_base[1025];
-  if (threadIdx.x == 0) {
-    int32_t s = 0, t = 0;
-    for (int e = 0; e < E; ++e) {
-      slot_base[e] = s, tile_base[e] = t;
-      s += counts[e];
-      t += (counts[e] + tile_rows - 1) / tile_rows;
+// Inclusive scan of v over the block (up to 1024 threads): a scan in each warp, then over the warps'
+// totals. `totals` holds 32 values.
+__device__ __forceinline__ int32_t block_inclusive_scan(int32_t v, int32_t* totals) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int32_t u = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += u;
+  }
+  if (lane == 31) totals[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    int32_t w = lane < static_cast<int>(blockDim.x >> 5) ? totals[lane] : 0;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int32_t u = __shfl_up_sync(0xffffffffu, w, d);
+      if (lane >= d) w += u;
     }
-    slot_base[E] = s, tile_base[E] = t;
-    *tile_count = t;
+    totals[lane] = w;
   }
   __syncthreads();
-  for (int e = threadIdx.x; e <= E; e += blockDim.x) offsets[e] = slot_base[e];
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    fill[e] = slot_base[e];
-    const int32_t begin = slot_base[e], end = slot_base[e + 1];
-    for (int32_t j = 0; begin + j * tile_rows < end; ++j)
-      tiles[tile_base[e] + j] = GemmTile{e, begin + j * tile_rows, min(end, begin + (j + 1) * tile_rows)};
+  return warp > 0 ? v + totals[warp - 1] : v;
+}
+
+// The grouping's counting in one block of kGroupThreads (≥ E) threads, the counts in shared memory:
+// the histogram; exclusive scans (expert e on thread e) of the counts into offsets and of the tiles
+// per expert into tile starts; the expert's tiles (full tiles of tile_rows slots, the last holding the
+// rest). A chunk of 4096 rows has 32,768 pairs, 32 per thread: a thread loads kBatch ids before
+// counting any, so their latencies overlap. (One block replaces a memset, a histogram kernel and a
+// one-thread scan; the scatter, which writes every pair's slot, keeps a grid of its own: from one
+// block it took longer than the rest together.)
+constexpr int kGroupThreads = 1024, kBatch = 8;
+__global__ void __launch_bounds__(kGroupThreads)
+    count_kernel(const int32_t* ids, int64_t pairs, int E, int tile_rows, int32_t* offsets, int32_t* fill,
+                 GemmTile* tiles, int32_t* tile_count) {
+  __shared__ int32_t counts[kGroupThreads];
+  __shared__ int32_t totals[2][32];
+  const int e = threadIdx.x;
+  counts[e] = 0;
+  __syncthreads();
+  for (int64_t base = 0; base < pairs; base += kBatch * kGroupThreads) {
+    int32_t id[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t i = base + threadIdx.x + j * kGroupThreads;
+      id[j] = i < pairs ? ids[i] : -1;
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (id[j] >= 0) atomicAdd(&counts[id[j]], 1);
+  }
+  __syncthreads();
+  const int32_t count = e < E ? counts[e] : 0, n_tiles = (count + tile_rows - 1) / tile_rows;
+  const int32_t slot_end = block_inclusive_scan(count, totals[0]);
+  const int32_t tile_end = block_inclusive_scan(n_tiles, totals[1]);
+  const int32_t begin = slot_end - count, tile0 = tile_end - n_tiles;
+  if (e < E) {
+    offsets[e] = begin;
+    fill[e] = begin;
+    for (int32_t j = 0; j < n_tiles; ++j)
+      tiles[tile0 + j] = GemmTile{e, begin + j * tile_rows, min(slot_end, begin + (j + 1) * tile_rows)};
+  }
+  if (e == E - 1) {
+    offsets[E] = slot_end;
+    *tile_count = tile_end;
   }
 }
 
@@ -132,23 +171,16 @@ void moe_route_decode(const float* logits, int E, int k, int32_t* ids, float* we
 }
 
 void moe_group(const int32_t* ids, int64_t n, int k, int E, const MoeGrouping& g, cudaStream_t stream) {
-  if (E > 1024) check(cudaErrorInvalidValue, "moe_group: more than 1024 experts");
+  if (E < 1 || E > kGroupThreads) check(cudaErrorInvalidValue, "moe_group: 1 to 1024 experts");
+  if (g.tile_rows != 64 && g.tile_rows != 128 && g.tile_rows != 144)
+    check(cudaErrorInvalidValue, "moe_group: tiles of 64, 128 or 144 rows");
   const int64_t pairs = n * k;
-  check(cudaMemsetAsync(g.counts, 0, sizeof(int32_t) * static_cast<size_t>(E), stream),
-        "moe_group: clear counts");
-  if (pairs > 0) {
-    histogram_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(ids, pairs, g.counts);
-    check_launch("moe_histogram");
-  }
-  if (g.tile_rows != 64 && g.tile_rows != 128)
-    check(cudaErrorInvalidValue, "moe_group: tiles of 64 or 128 rows");
-  scan_tiles_kernel<<<1, 256, 0, stream>>>(g.counts, E, g.tile_rows, g.offsets, g.fill, g.tiles,
-                                           g.tile_count);
-  check_launch("moe_scan_tiles");
-  if (pairs > 0) {
-    scatter_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(ids, pairs, k, g.fill, g.slot_row, g.slot_of);
-    check_launch("moe_scatter");
-  }
+  count_kernel<<<1, kGroupThreads, 0, stream>>>(ids, pairs, E, g.tile_rows, g.offsets, g.fill, g.tiles,
+                                                g.tile_count);
+  check_launch("moe_count");
+  if (pairs == 0) return;
+  scatter_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(ids, pairs, k, g.fill, g.slot_row, g.slot_of);
+  check_launch("moe_scatter");
 }
 
 void swiglu(const float* gate, const float* up, int64_t ld_in, int64_t rows, int64_t width, void* out,

@@ -3,9 +3,9 @@
 //   route      per token: softmax over all experts (f32), top-k, renormalise; one warp per token
 //   decode     route_decode also writes the gemv index lists of the step: gate|up entries of the k
 //              chosen experts and the shared expert, and their down entries
-//   prefill    group: histogram of (token, expert) pairs -> exclusive scan into group offsets ->
-//              scatter each pair to a slot of its expert's group -> the tile list of the grouped
-//              GEMM (at most tile_rows slots per tile); slot_of[i] remembers where pair i went
+//   prefill    group: histogram of (token, expert) pairs -> exclusive scan into group offsets -> the
+//              tile list of the grouped GEMM (at most tile_rows slots per tile), in one block; then
+//              scatter each pair to a slot of its expert's group; slot_of[i] remembers where pair i went
 //   swiglu     act = silu(gate) · up, f32 -> f32 or bf16
 //   combine    hidden[t] += sigmoid(shared_logit[t]) · shared[t] + Σ_j w[t, j] · down[slot_of(t, j)]
 //              in a fixed order, so results do not depend on the slot order within a group
@@ -36,19 +36,19 @@ void moe_route_decode(const float* logits, int n_experts, int k, int32_t* ids, f
 
 // Scratch and outputs of the grouping of n·k (token, expert) pairs.
 struct MoeGrouping {
-  int32_t* counts;                // [E]      scratch
   int32_t* offsets;               // [E + 1]  group g owns slots [offsets[g], offsets[g + 1])
   int32_t* fill;                  // [E]      scratch
   int32_t* slot_row;              // [n·k]    token whose row fills each slot
   int32_t* slot_of;               // [n·k]    slot of pair i (token i / k, rank i % k)
   GemmTile* tiles;                // [max_tiles(n·k, E)]
   int32_t* tile_count;            // [1]
-  int tile_rows = kGemmTileRows;  // slots per tile at most: 64, or 128 for the 128-output GEMM kernels
+  int tile_rows = kGemmTileRows;  // slots per tile at most: 64, 128 or 144 (GemmArgs::tile_rows)
 };
 // Tiles of kGemmTileRows (the fewest rows a tile list uses) give the most tiles.
 inline int64_t moe_max_tiles(int64_t pairs, int n_experts) {
   return (pairs + kGemmTileRows - 1) / kGemmTileRows + n_experts;
 }
+// ids [n·k], each in [0, n_experts).
 void moe_group(const int32_t* ids, int64_t n, int k, int n_experts, const MoeGrouping& g,
                cudaStream_t stream);
 
