@@ -274,12 +274,15 @@ __device__ __forceinline__ void z_block(const DeviceMatrix m, const float* x, co
   constexpr int E = ChunkTraits<F>::kElems;
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane / sub, lane_g = lane % sub;
-  const int64_t row0 = block * kScanWarps * (32 / sub) * kZRowsPerGroup +
-                       static_cast<int64_t>(warp * (32 / sub) + group) * kZRowsPerGroup;
+  const LaneGroups lanes = lane_groups(sub);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lanes.group(lane),
+            lane_g = lanes.index(lane);
+  const int64_t row0 = block * kScanWarps * lanes.per_warp() * kZRowsPerGroup +
+                       static_cast<int64_t>(warp * lanes.per_warp() + group) * kZRowsPerGroup;
   WeightRow rows[kZRowsPerGroup];
+  const int64_t groups = row_groups(m);
 #pragma unroll
-  for (int r = 0; r < kZRowsPerGroup; ++r) rows[r] = weight_row(m, row0 + r);
+  for (int r = 0; r < kZRowsPerGroup; ++r) rows[r] = weight_row(m, groups, row0 + r);
   float factor = 1.0f;
   auto stage = [&] {
     wait_for_previous_kernel();  // the residual comes from the kernel before the input projection

@@ -38,16 +38,30 @@ struct WeightRow {
   const uint16_t* scales = nullptr;
   const uint16_t* biases = nullptr;
 };
-__device__ __forceinline__ WeightRow weight_row(const DeviceMatrix& m, int64_t row) {
+// `groups`: row_groups(m), which the caller computes once for all its rows of m (in here it was
+// computed again for each row, under the row's bounds check).
+__device__ __forceinline__ WeightRow weight_row(const DeviceMatrix& m, int64_t groups, int64_t row) {
   WeightRow r;
   if (row < 0 || row >= m.rows) return r;
   r.data = m.data + row * m.row_bytes;
   if (m.group_size > 0) {
-    const int64_t groups = m.cols / m.group_size;
     r.scales = m.scales + row * groups;
     r.biases = m.biases + row * groups;
   }
   return r;
+}
+
+// A warp's lanes in groups of `sub` lanes (a power of two, gemv_group_lanes): a lane's group, its index
+// in the group and the groups per warp, as shifts. (Divisions by a runtime sub cost ~20 instructions
+// each, ahead of the first weight load.)
+struct LaneGroups {
+  int shift;  // log2(sub)
+  __device__ __forceinline__ int group(int lane) const { return lane >> shift; }
+  __device__ __forceinline__ int index(int lane) const { return lane & ((1 << shift) - 1); }
+  __device__ __forceinline__ int per_warp() const { return 32 >> shift; }
+};
+__device__ __forceinline__ LaneGroups lane_groups(int sub) {
+  return LaneGroups{__ffs(sub) - 1};
 }
 
 // ---- staging -------------------------------------------------------------------------------------
@@ -243,32 +257,34 @@ __device__ __forceinline__ void dot_rows(const WeightRow (&rows)[R], int64_t chu
   constexpr bool kAffine = F != WeightFormat::kBF16;
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  const int64_t step = static_cast<int64_t>(sub) * U;
-  const int64_t iters = (chunks + step - 1) / step;
+  static_assert((U & (U - 1)) == 0, "chunks in flight: a power of two");
+  // Chunk indices in 32 bits (rows are far below 2^31 chunks); sub and U are powers of two.
+  const int n_chunks = static_cast<int>(chunks), step = sub * U;
+  const int iters = (n_chunks + step - 1) >> (__ffs(step) - 1);
   const ChunkGroup group(group_size, E);
-  for (int64_t it = 0; it < iters; ++it) {
+  for (int it = 0; it < iters; ++it) {
     // Every load of the iteration first: weights, and (affine) their groups' scales and biases.
     uint4 w[U][R];
     uint16_t sc[U][R], bi[U][R];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t c = it * step + u * sub + lane_g;
+      const int c = it * step + u * sub + lane_g;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        const bool load = c < chunks && rows[r].data;
+        const bool load = c < n_chunks && rows[r].data;
         w[u][r] = load ? load_weights(rows[r].data + c * 16) : make_uint4(0, 0, 0, 0);
         if constexpr (kAffine) {
-          const int g = group.of(static_cast<int>(c));
-          sc[u][r] = load ? rows[r].scales[g] : uint16_t{0};
-          bi[u][r] = load ? rows[r].biases[g] : uint16_t{0};
+          const int g = group.of(c);
+          sc[u][r] = load ? __ldg(rows[r].scales + g) : uint16_t{0};
+          bi[u][r] = load ? __ldg(rows[r].biases + g) : uint16_t{0};
         }
       }
     }
     if (it == 0 && first) stage();
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t c = it * step + u * sub + lane_g;
-      if (c >= chunks) continue;
+      const int c = it * step + u * sub + lane_g;
+      if (c >= n_chunks) continue;
       if constexpr (kQ8) {
         const uint8_t* chunk = static_cast<const uint8_t*>(xin) + c * kQ8ChunkBytes;
         const uint4 xe = *reinterpret_cast<const uint4*>(chunk),

@@ -76,14 +76,16 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(const Gem
     }
   };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int group = lane / L.sub, lane_g = lane % L.sub;
+  const LaneGroups lanes = lane_groups(L.sub);
+  const int group = lanes.group(lane), lane_g = lanes.index(lane);
   float* y = a.y + p * a.y_stride;
+  const int64_t groups = row_groups(m);
   for (int s = 0; s < L.steps; ++s) {
     const int64_t row0 =
-        block_row + s * L.rows_per_step + static_cast<int64_t>(warp * (32 / L.sub) + group) * kRows;
+        block_row + s * L.rows_per_step + static_cast<int64_t>(warp * lanes.per_warp() + group) * kRows;
     WeightRow rows[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) rows[r] = weight_row(m, row0 + r);
+    for (int r = 0; r < kRows; ++r) rows[r] = weight_row(m, groups, row0 + r);
     float acc[kRows];
     dot_rows<F, kRows, kUnroll, kQ8>(rows, m.cols / E, m.group_size, L.sub, lane_g,
                                      kQ8 ? static_cast<const void*>(xq) : xs, s == 0, stage, acc);

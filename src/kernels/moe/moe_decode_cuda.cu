@@ -59,14 +59,18 @@ __device__ __forceinline__ void gate_up_block(const MoeDecodeArgs& a, int sub, i
   if (routed) wait_for_previous_kernel();
   const int entry = 3 * (p < a.k ? a.ids[p] : a.E);
   const DeviceMatrix gate = a.experts[entry], up = a.experts[entry + 1];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane / sub, lane_g = lane % sub;
+  const LaneGroups lanes = lane_groups(sub);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lanes.group(lane),
+            lane_g = lanes.index(lane);
   constexpr int kPairs = kRows / 2;
-  const int64_t pairs_per_block = int64_t{kWarps} * (32 / sub) * kPairs;
-  const int64_t row0 = block * pairs_per_block + static_cast<int64_t>(warp * (32 / sub) + group) * kPairs;
+  const int64_t pairs_per_block = int64_t{kWarps} * lanes.per_warp() * kPairs;
+  const int64_t row0 =
+      block * pairs_per_block + static_cast<int64_t>(warp * lanes.per_warp() + group) * kPairs;
   WeightRow rows[kRows];
+  const int64_t gate_groups = row_groups(gate), up_groups = row_groups(up);
 #pragma unroll
   for (int r = 0; r < kPairs; ++r)
-    rows[r] = weight_row(gate, row0 + r), rows[kPairs + r] = weight_row(up, row0 + r);
+    rows[r] = weight_row(gate, gate_groups, row0 + r), rows[kPairs + r] = weight_row(up, up_groups, row0 + r);
   float factor = 1.0f;
   auto stage = [&] {
     if (!routed) wait_for_previous_kernel();  // x comes from the previous kernel
@@ -101,13 +105,17 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     return gate_up_block<F, kQ8>(a, sub_experts, a.k, blockIdx.x - router_blocks - 1, false, xs);
   const bool shared_gate = static_cast<int>(blockIdx.x) == router_blocks;
   const DeviceMatrix m = a.route_table[shared_gate ? 1 : 0];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane / sub, lane_g = lane % sub;
-  const int64_t rows_per_block = int64_t{kWarps} * (32 / sub) * kRouterRows;
+  const LaneGroups lanes = lane_groups(sub);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lanes.group(lane),
+            lane_g = lanes.index(lane);
+  const int64_t rows_per_block = int64_t{kWarps} * lanes.per_warp() * kRouterRows;
   const int64_t block = shared_gate ? 0 : blockIdx.x;
-  const int64_t row0 = block * rows_per_block + static_cast<int64_t>(warp * (32 / sub) + group) * kRouterRows;
+  const int64_t row0 =
+      block * rows_per_block + static_cast<int64_t>(warp * lanes.per_warp() + group) * kRouterRows;
   WeightRow rows[kRouterRows];
+  const int64_t groups = row_groups(m);
 #pragma unroll
-  for (int r = 0; r < kRouterRows; ++r) rows[r] = weight_row(m, row0 + r);
+  for (int r = 0; r < kRouterRows; ++r) rows[r] = weight_row(m, groups, row0 + r);
   float factor = 1.0f;
   auto stage = [&] {
     wait_for_previous_kernel();
@@ -151,8 +159,11 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
   extern __shared__ float4 smem4[];
   let_next_kernel_start();
   wait_for_previous_kernel();  // ids, weights, logits and act come from the two kernels before
-  const int j = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane / sub, lane_g = lane % sub;
-  const int64_t rows_per_step = int64_t{32 / sub} * kRows, rows_per_block = rows_per_step * kDownSteps;
+  const LaneGroups lanes = lane_groups(sub);
+  const int j = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lanes.group(lane),
+            lane_g = lanes.index(lane);
+  const int64_t rows_per_step = int64_t{lanes.per_warp()} * kRows,
+                rows_per_block = rows_per_step * kDownSteps;
   // Per warp: its expert's staged input, then (kQ8) the int8 form; after all warps', the partial sums.
   const int64_t warp_floats = down_warp_floats<E>(a.I, kQ8);
   float* xs = reinterpret_cast<float*>(smem4) + j * warp_floats;
@@ -168,11 +179,12 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
     }
   };
   const float coef = j < a.k ? a.weights[j] : sigmoidf_(a.logits[a.E]);
+  const int64_t groups = row_groups(m);
   for (int s = 0; s < kDownSteps; ++s) {
     const int64_t row0 = blockIdx.x * rows_per_block + s * rows_per_step + int64_t{group} * kRows;
     WeightRow rows[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) rows[r] = weight_row(m, row0 + r);
+    for (int r = 0; r < kRows; ++r) rows[r] = weight_row(m, groups, row0 + r);
     float acc[kRows];
     dot_rows<F, kRows, kUnroll, kQ8>(rows, m.cols / E, m.group_size, sub, lane_g,
                                      kQ8 ? static_cast<const void*>(xq) : xs, s == 0, stage, acc);
