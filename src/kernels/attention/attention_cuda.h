@@ -63,7 +63,10 @@ struct AttentionDecodeArgs {
   int64_t gate_stride;
   float* out;                // [n_heads · head_dim]
   bool tensor_cores = true;  // false: the CUDA-core kernel (ablation)
-  bool overlap = false;      // programmatic dependent launches (cuda_launch.h)
+  // Programmatic dependent launches (cuda_launch.h). The kernel then reads *d_pos and the cache rows
+  // before it, which must not come from the kernels it overlaps (decode: from earlier steps), before
+  // waiting for them; only the newest row (attention_prep's) and q after.
+  bool overlap = false;
 };
 // Splits that fill the device in one wave: a block per (kv head, split), one block per multiprocessor.
 int attention_decode_splits(int n_kv_heads);

@@ -54,23 +54,13 @@ __global__ void __launch_bounds__(kWarps * 32) decode_mma_kernel(AttentionDecode
   constexpr int kLd = L::kLd, kChunks = HD / 8;  // 16-byte chunks per row
   extern __shared__ uint4 smem4[];
   const int kvh = blockIdx.x, split = blockIdx.y, G = a.n_heads / a.n_kv_heads;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   let_next_kernel_start();
-  wait_for_previous_kernel();  // q and the newest cache row come from attention_prep
+  // The position counter moves only at the end of a step (the sampler; the step's first kernel is a
+  // plain launch), and every cache row but the newest is from earlier steps: a warp's first tile is
+  // requested before waiting for attention_prep when it does not hold the newest row.
   const auto [begin, end] = split_range(a, split);
-
-  // Qᵀ fragments, scaled: b0 = q[head g][kk + 2t, +1], b1 = q[head g][kk + 2t + 8, +9].
-  uint32_t qh[HD / 16][2], ql[HD / 16][2];
-  const float* q = a.q + static_cast<int64_t>(kvh * G + g) * HD;
-#pragma unroll
-  for (int ks = 0; ks < HD / 16; ++ks)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      float2 v = make_float2(0.0f, 0.0f);
-      if (g < G) v = *reinterpret_cast<const float2*>(q + ks * 16 + 8 * j + 2 * t);
-      split_bf16x2(v.x * a.scale, v.y * a.scale, qh[ks][j], ql[ks][j]);
-    }
-
+  const int64_t newest = static_cast<int64_t>(*a.d_pos);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   uint16_t* const tiles = reinterpret_cast<uint16_t*>(smem4) + warp * L::kWarpElems;
   const uint16_t* kc = a.k_cache + static_cast<int64_t>(kvh) * a.capacity * HD;
   const uint16_t* vc = a.v_cache + static_cast<int64_t>(kvh) * a.capacity * HD;
@@ -86,12 +76,27 @@ __global__ void __launch_bounds__(kWarps * 32) decode_mma_kernel(AttentionDecode
     }
     cp_async_commit();
   };
+  constexpr int64_t kStride = kWarps * kKeys;
+  const int64_t first = begin + warp * kKeys;
+  const bool early = first < end && first + kKeys <= newest;
+  if (early) issue(first, 0);
+  wait_for_previous_kernel();  // q and the newest cache row come from attention_prep
+  if (first < end && !early) issue(first, 0);
+
+  // Qᵀ fragments, scaled: b0 = q[head g][kk + 2t, +1], b1 = q[head g][kk + 2t + 8, +9].
+  uint32_t qh[HD / 16][2], ql[HD / 16][2];
+  const float* q = a.q + static_cast<int64_t>(kvh * G + g) * HD;
+#pragma unroll
+  for (int ks = 0; ks < HD / 16; ++ks)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float2 v = make_float2(0.0f, 0.0f);
+      if (g < G) v = *reinterpret_cast<const float2*>(q + ks * 16 + 8 * j + 2 * t);
+      split_bf16x2(v.x * a.scale, v.y * a.scale, qh[ks][j], ql[ks][j]);
+    }
 
   float o[HD / 16][4] = {};                                  // Oᵀ: dims mt·16 + g (+8) × heads 2t, 2t + 1
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // heads 2t + e; l summed over g at the end
-  constexpr int64_t kStride = kWarps * kKeys;
-  const int64_t first = begin + warp * kKeys;
-  if (first < end) issue(first, 0);
   // ldmatrix row addresses: lanes 8i .. 8i + 7 give the rows of matrix i.
   const int krow = (lane & 7) + ((lane >> 3) & 1) * 8, kcol = (lane >> 4) * 8;  // K: a0 a1 a2 a3
   const int vrow = (lane & 7) + ((lane >> 4) & 1) * 8, vcol = ((lane >> 3) & 1) * 8;
