@@ -17,6 +17,7 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "core/error.h"
+#include "graph_timing.h"
 #include "kernels/cuda_launch.h"
 #include "kernels/matmul/matmul_cuda.h"
 #include "kernels/moe/moe_cuda.h"
@@ -92,41 +93,14 @@ DeviceBuffer upload_vector(const std::vector<T>& v) {
   return d;
 }
 
-// Median over `reps` of the time per call of `copies` calls in a row (call i on copy i), as the decode
-// step runs them: captured in a CUDA graph (repeated to at least 64 calls), so neither the host's
-// launch rate nor a launch's own latency is timed.
+// Median over `reps` of the time per call of `copies` calls in a row (call i on copy i), repeated to at
+// least 64 calls in one graph, as the decode step runs them.
 double time_per_call_us(int reps, int copies, const std::function<void(int, cudaStream_t)>& call) {
-  cudaStream_t stream;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   const int rounds = (64 + copies - 1) / copies;
-  cudaGraph_t graph;
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-  for (int r = 0; r < rounds; ++r)
-    for (int i = 0; i < copies; ++i) call(i, stream);
-  check(cudaStreamEndCapture(stream, &graph), "capture");
-  cudaGraphExec_t exec;
-  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  cudaEvent_t t0, t1;
-  check(cudaEventCreate(&t0), "event");
-  check(cudaEventCreate(&t1), "event");
-  check(cudaGraphLaunch(exec, stream), "launch");  // warm-up (uploads the graph)
-  std::vector<double> us;
-  for (int r = 0; r < reps; ++r) {
-    check(cudaEventRecord(t0, stream), "event");
-    check(cudaGraphLaunch(exec, stream), "launch");
-    check(cudaEventRecord(t1, stream), "event");
-    check(cudaEventSynchronize(t1), "event");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, t0, t1), "event");
-    us.push_back(1e3 * ms / (rounds * copies));
-  }
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
-  std::nth_element(us.begin(), us.begin() + static_cast<int64_t>(us.size() / 2), us.end());
-  return us[us.size() / 2];
+  return graph_us_per_call(reps, rounds * copies, [&](cudaStream_t stream) {
+    for (int r = 0; r < rounds; ++r)
+      for (int i = 0; i < copies; ++i) call(i, stream);
+  });
 }
 
 void row(const char* name, double us, double bytes) {

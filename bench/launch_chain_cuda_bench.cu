@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
+#include "graph_timing.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
 #include "kernels/matmul/gemv_core.cuh"
@@ -68,8 +69,6 @@ int main(int argc, char** argv) {
     const int blocks = 2 * multiprocessor_count();
     DeviceBuffer x(2 * kCols * sizeof(float));
     check(cudaMemset(x.data(), 0, 2 * kCols * sizeof(float)), "memset");
-    cudaStream_t stream;
-    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
     std::printf("%d kernels of %d blocks per graph, median of 7 graph launches (us per kernel)\n", kernels,
                 blocks);
     std::printf("%-22s %12s %12s %12s\n", "kernel", "PDL", "no PDL", "byte floor");
@@ -89,38 +88,17 @@ int main(int argc, char** argv) {
       for (int i = 0; i < copies; ++i) weights.emplace_back(static_cast<size_t>(pieces) * 16 * blocks);
       std::printf("%-22s", row.name);
       for (bool pdl : {true, false}) {
-        cudaGraph_t graph;
-        check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-        for (int k = 0; k < kernels; ++k) {
-          float* xf = reinterpret_cast<float*>(x.data());
-          const uint4* w =
-              copies ? reinterpret_cast<const uint4*>(weights[static_cast<size_t>(k % copies)].data())
-                     : nullptr;
-          launch_kernel(chain_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, pdl,
-                        "chain", xf + (k & 1) * kCols, xf + ((k + 1) & 1) * kCols, w, pieces, row.chain);
-        }
-        check(cudaStreamEndCapture(stream, &graph), "capture");
-        cudaGraphExec_t exec;
-        check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-        cudaEvent_t start, stop;
-        check(cudaEventCreate(&start), "event");
-        check(cudaEventCreate(&stop), "event");
-        std::vector<float> ms;
-        for (int rep = 0; rep < 8; ++rep) {
-          check(cudaEventRecord(start, stream), "event");
-          check(cudaGraphLaunch(exec, stream), "launch");
-          check(cudaEventRecord(stop, stream), "event");
-          check(cudaEventSynchronize(stop), "sync");
-          float t = 0.0f;
-          check(cudaEventElapsedTime(&t, start, stop), "elapsed");
-          if (rep > 0) ms.push_back(t);  // the first launch uploads the graph
-        }
-        std::sort(ms.begin(), ms.end());
-        std::printf(" %12.2f", 1e3 * ms[ms.size() / 2] / kernels);
-        cudaEventDestroy(start);
-        cudaEventDestroy(stop);
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
+        float* const xf = reinterpret_cast<float*>(x.data());
+        const double us = graph_us_per_call(7, kernels, [&](cudaStream_t stream) {
+          for (int k = 0; k < kernels; ++k) {
+            const uint4* w =
+                copies ? reinterpret_cast<const uint4*>(weights[static_cast<size_t>(k % copies)].data())
+                       : nullptr;
+            launch_kernel(chain_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, pdl,
+                          "chain", xf + (k & 1) * kCols, xf + ((k + 1) & 1) * kCols, w, pieces, row.chain);
+          }
+        });
+        std::printf(" %12.2f", us);
       }
       std::printf(" %12.2f\n", row.mb * (1 << 20) / 4.24e6);  // µs at the measured copy bandwidth
     }
