@@ -70,8 +70,10 @@ __device__ __forceinline__ float chunk_value(const uint4& c, int i, float scale,
 
 // Columns `col` / group size and groups per row: shifts for the power-of-two groups of real
 // checkpoints; other sizes divide (64-bit divisions, ~25 instructions even on their 32-bit path).
+// bf16 matrices have no groups (0).
 __device__ __forceinline__ int64_t group_of(const DeviceMatrix& m, int64_t col) {
   const int g = m.group_size;
+  if (g <= 0) return 0;
   return (g & (g - 1)) == 0 ? col >> (__ffs(g) - 1) : col / g;
 }
 __device__ __forceinline__ int64_t row_groups(const DeviceMatrix& m) {
