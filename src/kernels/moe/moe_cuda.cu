@@ -59,8 +59,8 @@ __device__ __forceinline__ int32_t block_inclusive_scan(int32_t v, int32_t* tota
 // per expert into tile starts; the expert's tiles (full tiles of tile_rows slots, the last holding the
 // rest). A chunk of 4096 rows has 32,768 pairs, 32 per thread: a thread loads kBatch ids before
 // counting any, so their latencies overlap. (One block replaces a memset, a histogram kernel and a
-// one-thread scan; the scatter, which writes every pair's slot, keeps a grid of its own: from one
-// block it took longer than the rest together.)
+// one-thread scan; the scatter, which writes every pair's slot, keeps a grid of its own: done by the
+// same block, it made a 4K prompt's route/group stage slower, 2.21 against 2.09 ms.)
 constexpr int kGroupThreads = 1024, kBatch = 8;
 __global__ void __launch_bounds__(kGroupThreads)
     count_kernel(const int32_t* ids, int64_t pairs, int E, int tile_rows, int32_t* offsets, int32_t* fill,
