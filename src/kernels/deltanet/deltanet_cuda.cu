@@ -280,9 +280,7 @@ __device__ __forceinline__ void z_block(const DeviceMatrix m, const float* x, co
   const int64_t row0 = block * kScanWarps * lanes.per_warp() * kZRowsPerGroup +
                        static_cast<int64_t>(warp * lanes.per_warp() + group) * kZRowsPerGroup;
   WeightRow rows[kZRowsPerGroup];
-  const int64_t groups = row_groups(m);
-#pragma unroll
-  for (int r = 0; r < kZRowsPerGroup; ++r) rows[r] = weight_row(m, groups, row0 + r);
+  weight_rows<kZRowsPerGroup>(m, row_groups(m), row0, rows);
   float factor = 1.0f;
   auto stage = [&] {
     wait_for_previous_kernel();  // the residual comes from the kernel before the input projection

@@ -38,8 +38,6 @@ struct WeightRow {
   const uint16_t* scales = nullptr;
   const uint16_t* biases = nullptr;
 };
-// `groups`: row_groups(m), which the caller computes once for all its rows of m (in here it was
-// computed again for each row, under the row's bounds check).
 __device__ __forceinline__ WeightRow weight_row(const DeviceMatrix& m, int64_t groups, int64_t row) {
   WeightRow r;
   if (row < 0 || row >= m.rows) return r;
@@ -49,6 +47,14 @@ __device__ __forceinline__ WeightRow weight_row(const DeviceMatrix& m, int64_t g
     r.biases = m.biases + row * groups;
   }
   return r;
+}
+// rows[0, R) = rows row0 .. row0 + R - 1 of m; `groups` is row_groups(m), which the caller computes
+// once per matrix (per row, it was computed again under each row's bounds check).
+template <int R>
+__device__ __forceinline__ void weight_rows(const DeviceMatrix& m, int64_t groups, int64_t row0,
+                                            WeightRow* rows) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) rows[r] = weight_row(m, groups, row0 + r);
 }
 
 // A warp's lanes in groups of `sub` lanes (a power of two, gemv_group_lanes): a lane's group, its index

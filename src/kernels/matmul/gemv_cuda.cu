@@ -86,8 +86,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(const Gem
     const int64_t row0 =
         block_row + s * L.rows_per_step + static_cast<int64_t>(warp * lanes.per_warp() + group) * kRows;
     WeightRow rows[kRows];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) rows[r] = weight_row(m, groups, row0 + r);
+    weight_rows<kRows>(m, groups, row0, rows);
     float acc[kRows];
     dot_rows<F, kRows, kUnroll, kQ8>(rows, m.cols / E, m.group_size, L.sub, lane_g,
                                      kQ8 ? static_cast<const void*>(xq) : xs, s == 0, stage, acc);

@@ -113,9 +113,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const int64_t row0 =
       block * rows_per_block + static_cast<int64_t>(warp * lanes.per_warp() + group) * kRouterRows;
   WeightRow rows[kRouterRows];
-  const int64_t groups = row_groups(m);
-#pragma unroll
-  for (int r = 0; r < kRouterRows; ++r) rows[r] = weight_row(m, groups, row0 + r);
+  weight_rows<kRouterRows>(m, row_groups(m), row0, rows);
   float factor = 1.0f;
   auto stage = [&] {
     wait_for_previous_kernel();
@@ -183,8 +181,7 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
   for (int s = 0; s < kDownSteps; ++s) {
     const int64_t row0 = blockIdx.x * rows_per_block + s * rows_per_step + int64_t{group} * kRows;
     WeightRow rows[kRows];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) rows[r] = weight_row(m, groups, row0 + r);
+    weight_rows<kRows>(m, groups, row0, rows);
     float acc[kRows];
     dot_rows<F, kRows, kUnroll, kQ8>(rows, m.cols / E, m.group_size, sub, lane_g,
                                      kQ8 ? static_cast<const void*>(xq) : xs, s == 0, stage, acc);
