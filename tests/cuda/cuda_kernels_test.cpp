@@ -1003,7 +1003,7 @@ TEST(DeltaNet, ChunkedScanMatchesCpu) {
         deltanet_scan_head(scan, n, s.Dk, s.Dv, rec.data() + int64_t{h} * s.Dv * s.Dk, kVectorOpsReference);
       }
       DeviceArray<float> d_qkv(in.qkv), d_beta(in.beta), d_decay(in.decay), d_o(o.size()),
-          d_work(static_cast<size_t>(cuda::deltanet_chunked_workspace_floats(n, s.Hv, s.Dk, s.Dv)));
+          d_work(static_cast<size_t>(cuda::deltanet_chunked_workspace_floats(n, s.Hv)));
       for (bool split : {true, false}) {
         d_o.poison();
         const DeviceArray<float>& d_rec = split ? d_rec_split : d_rec_plain;
@@ -1036,7 +1036,7 @@ TEST(DeltaNet, ChunkedScanTiming) {
     const ScanInputs in = random_scan_inputs(n, Hk, Hv, Dk, Dv, rng);
     DeviceArray<float> d_qkv(in.qkv), d_beta(in.beta), d_decay(in.decay), d_o(static_cast<size_t>(n * Vt)),
         d_rec(randn(static_cast<size_t>(Vt * Dk), rng, 0.1f)),
-        d_work(static_cast<size_t>(cuda::deltanet_chunked_workspace_floats(n, Hv, Dk, Dv)));
+        d_work(static_cast<size_t>(cuda::deltanet_chunked_workspace_floats(n, Hv)));
     const cuda::DeltaNetScanArgs args{d_qkv.data(), C,  d_beta.data(), d_decay.data(), n, Hk, Hv,
                                       Dk,           Dv, d_rec.data(),  d_o.data(),     Vt};
     double us[3];

@@ -421,8 +421,7 @@ class CudaBackend final : public Backend {
       p_.decay = c.take<float>(u(n * Hv));
       p_.dn_out = c.take<float>(u(n * Vt));
       p_.dn16 = c.take<uint16_t>(u(n * Vt));
-      p_.dn_chunked = c.take<float>(
-          u(deltanet_chunked_workspace_floats(n, cfg_.lin_n_v_heads, cfg_.lin_k_dim, cfg_.lin_v_dim)));
+      p_.dn_chunked = c.take<float>(u(deltanet_chunked_workspace_floats(n, cfg_.lin_n_v_heads)));
       p_.router = c.take<float>(u(n * E));
       p_.shared_logit = c.take<float>(u(n));
       p_.ids = c.take<int32_t>(u(pairs));

@@ -11,33 +11,30 @@ namespace {
 
 constexpr int kL = kDeltaNetChunk;
 
-// Per value head h, n_pad = chunks · kL rows: W [Hv][n_pad][Dk], U [Hv][n_pad][Dv],
+// Per value head h: T [Hv][chunks][kL][kL] (the chunk's (I+A)⁻¹ with its columns scaled by β),
 // P [Hv][chunks][kL][kL], G [Hv][n_pad] (the cumulative log decay within each chunk).
 struct Workspace {
-  float *W, *U, *P, *G;
+  float *T, *P, *G;
   int64_t n_pad;
   int chunks;
 };
 
-Workspace carve(float* base, int64_t n, int Hv, int Dk, int Dv) {
+Workspace carve(float* base, int64_t n, int Hv) {
   Workspace w{};
   w.chunks = static_cast<int>((n + kL - 1) / kL);
   w.n_pad = int64_t{w.chunks} * kL;
   const int64_t rows = int64_t{Hv} * w.n_pad;
-  w.W = base;
-  w.U = w.W + rows * Dk;
-  w.P = w.U + rows * Dv;
+  w.T = base;
+  w.P = w.T + rows * kL;
   w.G = w.P + rows * kL;
   return w;
 }
 
 // ---- deltanet_chunk_prepare -------------------------------------------------------------------
 
-// Two value heads of the key head at once, 256 threads each (a thread per column of [W | U] in the
-// substitution): 16 warps, four per scheduler. (One head at a time with 256 threads ran two warps per
-// scheduler and waited on the substitution's dependent FMAs.)
+// Both value heads of a key head at once: 16 warps for QKᵀ and KKᵀ, then a thread per column of each
+// head's T.
 constexpr int kPrepHeads = 2, kHeadThreads = 256, kPrepThreads = kPrepHeads * kHeadThreads;
-constexpr int kMaxDv = 256;  // the prepare kernel stages a chunk's value rows, Dv + 4 floats each
 
 template <int DK>
 struct PrepSmem {
@@ -45,15 +42,10 @@ struct PrepSmem {
   // consecutive rows want.
   static constexpr int kLdK = DK + 4, kLdA = kL + 4;
   // K; A of each head; log decay, β and G of each head; then Q and K split (the B operand of QKᵀ and
-  // KKᵀ: tf32 hi parts, then lo parts), whose place the value rows of both heads take once the
-  // products are in registers.
+  // KKᵀ: tf32 hi parts, then lo parts).
   static constexpr int kK = 0, kA = kK + kL * kLdK, kg = kA + kPrepHeads * kL * kLdA,
                        kb = kg + kPrepHeads * kL, kG = kb + kPrepHeads * kL, kQ = kG + kPrepHeads * kL,
-                       kKb = kQ + kL * kLdK, kKbLo = kL * kLdK;
-  static size_t bytes(int Dv) {
-    const size_t products = 3 * size_t{kL} * kLdK, values = size_t{kPrepHeads} * kL * (Dv + 4);
-    return sizeof(float) * (kQ + (products > values ? products : values));
-  }
+                       kKb = kQ + kL * kLdK, kKbLo = kL * kLdK, kFloats = kQ + 3 * kL * kLdK;
 };
 
 template <int DK>
@@ -61,7 +53,6 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prepare_kernel(DeltaNetSca
   using Sm = PrepSmem<DK>;
   extern __shared__ float4 smem4[];
   float* sm = reinterpret_cast<float*>(smem4);
-  const int ld_v = a.Dv + 4;
   float *Ks = sm + Sm::kK, *Qs = sm + Sm::kQ, *Kb = sm + Sm::kKb;
   const int chunk = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x;
   const int64_t t0 = int64_t{chunk} * kL, key_dim = int64_t{a.Hk} * DK;
@@ -94,12 +85,11 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prepare_kernel(DeltaNetSca
   float prod[1][4][4] = {};
   warp_mma<1, 4, true>(prod, RowMajorA{(kk_warp ? Ks : Qs) + m0 * Sm::kLdK, Sm::kLdK}, Kb + n0 * Sm::kLdK,
                        Sm::kLdK, Sm::kKbLo, DK);
-  __syncthreads();  // every warp is done with Q and the split K: their place takes value rows
 
   // This thread's head of the pair and its index among the head's threads.
   const int lh = tid / kHeadThreads, ht = tid % kHeadThreads;
   float *As = sm + Sm::kA + lh * kL * Sm::kLdA, *gs = sm + Sm::kg + lh * kL, *bs = sm + Sm::kb + lh * kL,
-        *Gs = sm + Sm::kG + lh * kL, *Vs = Qs + lh * kL * ld_v;
+        *Gs = sm + Sm::kG + lh * kL;
   const int ratio = a.Hv / a.Hk;
   for (int vh0 = 0; vh0 < ratio; vh0 += kPrepHeads) {
     const int h = kh * ratio + vh0 + lh;
@@ -110,15 +100,6 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prepare_kernel(DeltaNetSca
       // log of the decay the token scan multiplies by; FLT_MIN keeps an underflowed decay finite.
       gs[ht] = valid ? logf(fmaxf(a.decay[t * a.Hv + h], FLT_MIN)) : 0.0f;
       bs[ht] = valid ? a.beta[t * a.Hv + h] : 0.0f;
-    }
-    // The value rows, staged so the substitution below reads them from shared memory (read from
-    // global memory inside its sequential loop, each row's load was a full round trip).
-    for (int e = ht; head && e < kL * a.Dv / 4; e += kHeadThreads) {
-      const int i = e / (a.Dv / 4), d = e % (a.Dv / 4) * 4;
-      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (t0 + i < a.n)
-        v = *reinterpret_cast<const float4*>(a.qkv + (t0 + i) * a.ld + 2 * key_dim + int64_t{h} * a.Dv + d);
-      *reinterpret_cast<float4*>(Vs + i * ld_v + d) = v;
     }
     __syncthreads();
     if (head && ht == 0) {
@@ -148,21 +129,17 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prepare_kernel(DeltaNetSca
     if (head && ht < kL) ws.G[head_row + ht] = Gs[ht];
     __syncthreads();
 
-    // Forward substitution x_i = r_i − Σ_{j<i} A_ij x_j, a thread per column of [W | U]; the
-    // column stays in registers (fully unrolled), A is read as broadcast float4s.
-    for (int c = ht; head && c < DK + a.Dv; c += kHeadThreads) {
-      const bool is_w = c < DK;
-      float* out = is_w ? ws.W + head_row * DK + c : ws.U + head_row * a.Dv + (c - DK);
-      const int64_t ld_out = is_w ? DK : a.Dv;
+    // Column c of T = (I+A)⁻¹ by forward substitution, x_i = δ_ic − Σ_{j<i} A_ij x_j, a thread per
+    // column; the column stays in registers (fully unrolled), A is read as broadcast float4s. Stored
+    // times β_c, the factor U = T (βV) and W = T (βK ⊙ e^G) both carry.
+    if (head && ht < kL) {
+      const int c = ht;
+      float* out = ws.T + (int64_t{h} * ws.chunks + chunk) * kL * kL + c;
+      const float beta_c = bs[c];
       float x[kL];
 #pragma unroll
       for (int i = 0; i < kL; ++i) {
-        float r;
-        if (is_w)
-          r = bs[i] * expf(Gs[i]) * Ks[i * Sm::kLdK + c];
-        else
-          r = bs[i] * Vs[i * ld_v + c - DK];
-        float acc0 = r, acc1 = 0.0f;  // two chains: half the dependent latency
+        float acc0 = i == c ? 1.0f : 0.0f, acc1 = 0.0f;  // two chains: half the dependent latency
 #pragma unroll
         for (int j = 0; j < i; j += 4) {
           const float4 aij = *reinterpret_cast<const float4*>(As + i * Sm::kLdA + j);
@@ -172,38 +149,46 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prepare_kernel(DeltaNetSca
           if (j + 3 < i) acc1 = fmaf(-aij.w, x[j + 3], acc1);
         }
         x[i] = acc0 + acc1;
-        out[i * ld_out] = x[i];
+        out[i * kL] = x[i] * beta_c;
       }
     }
-    __syncthreads();  // As, gs, bs, Gs and the value rows are the next pair's
+    __syncthreads();  // As, gs, bs and Gs are the next pair's
   }
 }
 
 // ---- deltanet_chunk_scan ----------------------------------------------------------------------
 
-// 16 warps, each on one 16-row tile of the chunk and half of the block's 32 state columns: warps 0-7
-// compute V' = U − W·S, warps 8-15 Q·S for the same rows (and then P·V' and the output); the state
-// update S = e^{G_L} S + Kᵀ(...) gives every warp 16 state rows × 16 columns. With SPLIT every product
-// but P·V' runs on split tf32. P·V' is plain: it lies on the critical path (the warps that compute it
-// also update the state), its ~3e-4 relative error is below the bf16 rounding the output gets at the
-// next matrix product, and it does not carry from chunk to chunk.
+// With W = T (βK ⊙ e^G) and U = T (βV) (T = (I+A)⁻¹, β folded into its columns by the prepare),
+// V' = U − W S = T (V − e^G ⊙ (K S)): the scan needs K S, which costs what W S did, and one
+// product with T, and no W or U goes through memory. Per chunk:
+//   1. warps 0-7: Y = V − e^G ⊙ (K S); warps 8-15: e^G ⊙ (Q S), kept in registers;
+//   2. warps 0-7: V' = T Y;
+//   3. warps 8-15: O = e^G ⊙ (Q S) + P V'; every warp: S = e^{G_L} S + Kᵀ (e^{G_L − G} ⊙ V').
+// Each warp works on 16 chunk rows × 16 of the block's 32 state columns (and in step 3 on 16 state
+// rows × 16 columns). With SPLIT every product but P·V' runs on split tf32. P·V' is plain: it lies on
+// the critical path (the warps that compute it also update the state), its ~3e-4 relative error is
+// below the bf16 rounding the output gets at the next matrix product, and it does not carry from chunk
+// to chunk.
 constexpr int kScanWarps = 16, kCols = 32;  // state columns (value dims) per block
 
 template <int DK>
 struct ScanSmem {
-  // Row-major tiles (Q, W, P: the A operands, read by ldmatrix) have rows of ≡ 4 (mod 8) words, so
-  // the eight 16-byte rows of a tile fall on distinct banks; K is read transposed, element by element
-  // at (lane % 4, group): stride ≡ 8 (mod 32). The B operands (S, V', Vd) are stored n-major, a row
-  // per state column, for ldmatrix; Vd and S, the B operands of the recurrence, are stored already
-  // split (tf32 hi bits, then at kLo further the lo bits): converting them at each read cost every warp
-  // the same instructions. V' is read by the plain output product only (its hi bits). U is read
-  // element by element, [row][column].
-  static constexpr int kLdQ = DK + 4, kLdK = DK + 8, kLdP = kL + 4, kLdU = kCols + 8, kLdS = DK + 4,
+  // Row-major tiles (Q, K, T, P: the A operands, read by ldmatrix) have rows of ≡ 4 (mod 8) words, so
+  // the eight 16-byte rows of a tile fall on distinct banks, except K: it is also read transposed,
+  // element by element at (lane % 4, group), which wants a stride ≡ 8 (mod 32). The B operands (S, Y,
+  // V', Vd) are stored n-major, a row per state column, for ldmatrix; Y, Vd and S, the B operands of
+  // split products, are stored already split (tf32 hi bits, then at kLo further the lo bits):
+  // converting them at each read cost every warp the same instructions. V' is read by the plain
+  // output product only (its hi bits). The value rows V are read element by element, [row][column].
+  // K and G are double-buffered (both are read until the end of a chunk and from the start of the
+  // next); Q and V are read only in step 1 and T only in step 2, so the next chunk's stream in
+  // behind them.
+  static constexpr int kLdQ = DK + 4, kLdK = DK + 8, kLdT = kL + 4, kLdVin = kCols + 8, kLdS = DK + 4,
                        kLdV = kL + 4;
-  static constexpr int kQ = 0, kW = kQ + kL * kLdQ, kK = kW + kL * kLdQ, kP = kK + kL * kLdK,
-                       kU = kP + kL * kLdP, kV = kU + kL * kLdU, kVd = kV + kCols * kLdV,
-                       kS = kVd + kCols * kLdV, kG = kS + kCols * kLdS, kLo = kG + kL - kVd,
-                       kFloats = kVd + 2 * kLo;
+  static constexpr int kQ = 0, kK = kQ + kL * kLdQ, kT = kK + 2 * kL * kLdK, kP = kT + kL * kLdT,
+                       kVin = kP + kL * kLdT, kG = kVin + kL * kLdVin, kV = kG + 2 * kL,
+                       kY = kV + kCols * kLdV, kVd = kY + kCols * kLdV, kS = kVd + kCols * kLdV,
+                       kLo = kS + kCols * kLdS - kY, kFloats = kY + 2 * kLo;
 };
 
 template <int DK, bool SPLIT>
@@ -213,8 +198,8 @@ __global__ void __launch_bounds__(kScanWarps * 32, 1) chunk_scan_kernel(DeltaNet
   constexpr int kThreads = kScanWarps * 32, kHalf = kCols / 2;
   extern __shared__ float4 smem4[];
   float* sm = reinterpret_cast<float*>(smem4);
-  float *Qs = sm + Sm::kQ, *Ws = sm + Sm::kW, *Ks = sm + Sm::kK, *Ps = sm + Sm::kP, *Us = sm + Sm::kU,
-        *Vs = sm + Sm::kV, *Vd = sm + Sm::kVd, *Ss = sm + Sm::kS, *Gs = sm + Sm::kG;
+  float *Qs = sm + Sm::kQ, *Ts = sm + Sm::kT, *Ps = sm + Sm::kP, *Vin = sm + Sm::kVin, *Vs = sm + Sm::kV,
+        *Ys = sm + Sm::kY, *Vd = sm + Sm::kVd, *Ss = sm + Sm::kS;
   const int h = blockIdx.x, kh = h / (a.Hv / a.Hk), j0 = blockIdx.y * kCols;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int64_t key_dim = int64_t{a.Hk} * DK;
@@ -223,6 +208,8 @@ __global__ void __launch_bounds__(kScanWarps * 32, 1) chunk_scan_kernel(DeltaNet
   const bool s_warp = warp / 2 < DK / 16;  // owns state rows d0 .. d0 + 15, columns n0 .. n0 + 15
   const int d0 = warp / 2 * 16;
   float* state = a.state + (int64_t{h} * a.Dv + j0) * DK;  // [kCols][DK]: row n is the spec's column j0 + n
+  auto k_tile = [&](int c) { return sm + Sm::kK + (c & 1) * kL * Sm::kLdK; };
+  auto g_row = [&](int c) { return sm + Sm::kG + (c & 1) * kL; };
 
   // Accumulator element e of this warp's state tile nt: state row (k dim) and column (value dim).
   auto state_row = [&](int e) { return d0 + g + 8 * (e >> 1); };
@@ -236,79 +223,103 @@ __global__ void __launch_bounds__(kScanWarps * 32, 1) chunk_scan_kernel(DeltaNet
         s_acc[0][nt][e] = state[state_col(nt, e) * DK + state_row(e)];
         store_split<SPLIT>(Ss + state_col(nt, e) * Sm::kLdS + state_row(e), Sm::kLo, s_acc[0][nt][e]);
       }
-  __syncthreads();
 
-  // Loads in two groups, each waited for only where it is first read: Q, W, U, G are read only before
-  // the barrier in the middle of a chunk, so the next chunk's stream in while this one finishes (P V'
-  // and the state update); K and P, read only after that barrier, stream in during the first half.
-  auto load_qwug = [&](int c) {
-    const int64_t t0 = int64_t{c} * kL, head_row = int64_t{h} * ws.n_pad + t0;
+  // Three groups of copies a chunk, each waited for where it is first read (the wait<1>/<2> below
+  // count the groups issued after it): Q, K, V, G are issued during the chunk before, once its step 1
+  // is done; T once its step 2 is done; P at the start of the chunk itself.
+  auto load_qkvg = [&](int c) {
+    const int64_t t0 = int64_t{c} * kL;
+    float* Ks = k_tile(c);
     for (int e = tid; e < kL * DK / 4; e += kThreads) {
       const int i = e / (DK / 4), d = e % (DK / 4) * 4;
       const bool valid = t0 + i < a.n;
-      cp_async16(Qs + i * Sm::kLdQ + d, a.qkv + (valid ? t0 + i : 0) * a.ld + int64_t{kh} * DK + d, valid);
-      cp_async16(Ws + i * Sm::kLdQ + d, ws.W + (head_row + i) * DK + d, true);
+      const float* row = a.qkv + (valid ? t0 + i : 0) * a.ld + int64_t{kh} * DK + d;
+      cp_async16(Qs + i * Sm::kLdQ + d, row, valid);
+      cp_async16(Ks + i * Sm::kLdK + d, row + key_dim, valid);
     }
     for (int e = tid; e < kL * kCols / 4; e += kThreads) {
       const int i = e / (kCols / 4), n = e % (kCols / 4) * 4;
-      cp_async16(Us + i * Sm::kLdU + n, ws.U + (head_row + i) * a.Dv + j0 + n, true);
-    }
-    if (tid < kL / 4) cp_async16(Gs + 4 * tid, ws.G + head_row + 4 * tid, true);
-  };
-  auto load_kp = [&](int c) {
-    const int64_t t0 = int64_t{c} * kL;
-    for (int e = tid; e < kL * DK / 4; e += kThreads) {
-      const int i = e / (DK / 4), d = e % (DK / 4) * 4;
       const bool valid = t0 + i < a.n;
-      cp_async16(Ks + i * Sm::kLdK + d, a.qkv + (valid ? t0 + i : 0) * a.ld + key_dim + int64_t{kh} * DK + d,
-                 valid);
+      cp_async16(Vin + i * Sm::kLdVin + n,
+                 a.qkv + (valid ? t0 + i : 0) * a.ld + 2 * key_dim + int64_t{h} * a.Dv + j0 + n, valid);
     }
-    const float* P = ws.P + (int64_t{h} * ws.chunks + c) * kL * kL;
+    if (tid < kL / 4) cp_async16(g_row(c) + 4 * tid, ws.G + int64_t{h} * ws.n_pad + t0 + 4 * tid, true);
+  };
+  // T or P of chunk c into a [kL][kLdT] tile.
+  auto load_square = [&](float* dst, const float* src, int c) {
+    src += (int64_t{h} * ws.chunks + c) * kL * kL;
     for (int e = tid; e < kL * kL / 4; e += kThreads)
-      cp_async16(Ps + e / (kL / 4) * Sm::kLdP + e % (kL / 4) * 4, P + e * 4, true);
+      cp_async16(dst + e / (kL / 4) * Sm::kLdT + e % (kL / 4) * 4, src + e * 4, true);
   };
 
-  load_qwug(0);
+  load_qkvg(0);
+  cp_async_commit();
+  load_square(Ts, ws.T, 0);
   cp_async_commit();
   for (int c = 0; c < ws.chunks; ++c) {
     const int64_t t0 = int64_t{c} * kL;
-    load_kp(c);
+    const float *Ks = k_tile(c), *Gs = g_row(c);
+    load_square(Ps, ws.P, c);
     cp_async_commit();
-    cp_async_wait<1>();  // this chunk's Q, W, U, G
+    cp_async_wait<2>();  // Q, K, V, G
     __syncthreads();
 
-    // V' = U − W S or Q S for this warp's 16 rows and 16 columns.
+    // Step 1: K S or Q S for this warp's 16 rows and 16 columns.
     float acc[1][2][4] = {};
-    warp_mma<1, 2, SPLIT>(acc, RowMajorA{(q_warp ? Qs : Ws) + m0 * Sm::kLdQ, Sm::kLdQ}, Ss + n0 * Sm::kLdS,
-                          Sm::kLdS, Sm::kLo, DK);
+    warp_mma<1, 2, SPLIT>(
+        acc, q_warp ? RowMajorA{Qs + m0 * Sm::kLdQ, Sm::kLdQ} : RowMajorA{Ks + m0 * Sm::kLdK, Sm::kLdK},
+        Ss + n0 * Sm::kLdS, Sm::kLdS, Sm::kLo, DK);
     const float GL = Gs[kL - 1];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = m0 + g + 8 * half;
-      const float eg = expf(Gs[r]), el = expf(GL - Gs[r]);
+      const float eg = expf(Gs[r]);
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& v = acc[0][nt][2 * half + e];
-          if (q_warp) {
-            v *= eg;
-          } else {
+          v *= eg;
+          if (!q_warp) {
             const int n = n0 + nt * 8 + 2 * t + e;
-            const float vp = Us[r * Sm::kLdU + n] - v;
-            store_split<false>(Vs + n * Sm::kLdV + r, Sm::kLo, vp);
-            store_split<SPLIT>(Vd + n * Sm::kLdV + r, Sm::kLo, vp * el);
+            store_split<SPLIT>(Ys + n * Sm::kLdV + r, Sm::kLo, Vin[r * Sm::kLdVin + n] - v);
           }
         }
     }
-    cp_async_wait<0>();  // this chunk's K and P
+    cp_async_wait<1>();  // T
     __syncthreads();
-    if (c + 1 < ws.chunks) load_qwug(c + 1);
+    if (c + 1 < ws.chunks) load_qkvg(c + 1);
     cp_async_commit();  // (an empty group past the last chunk keeps the count)
 
+    // Step 2: V' = T Y (T is lower triangular: columns past this warp's last row add nothing).
+    if (!q_warp) {
+      float vp[1][2][4] = {};
+      warp_mma<1, 2, SPLIT>(vp, RowMajorA{Ts + m0 * Sm::kLdT, Sm::kLdT}, Ys + n0 * Sm::kLdV, Sm::kLdV,
+                            Sm::kLo, m0 + 16);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = m0 + g + 8 * half;
+        const float el = expf(GL - Gs[r]);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int n = n0 + nt * 8 + 2 * t + e;
+            const float v = vp[0][nt][2 * half + e];
+            store_split<false>(Vs + n * Sm::kLdV + r, Sm::kLo, v);
+            store_split<SPLIT>(Vd + n * Sm::kLdV + r, Sm::kLo, v * el);
+          }
+      }
+    }
+    cp_async_wait<1>();  // P
+    __syncthreads();
+    if (c + 1 < ws.chunks) load_square(Ts, ws.T, c + 1);
+    cp_async_commit();
+
+    // Step 3.
     if (q_warp) {
-      // O = e^{G} ⊙ Q S + P V' (P is lower triangular: columns past this warp's last row add nothing).
-      warp_mma<1, 2, false>(acc, RowMajorA{Ps + m0 * Sm::kLdP, Sm::kLdP}, Vs + n0 * Sm::kLdV, Sm::kLdV,
+      // O = e^{G} ⊙ Q S + P V' (P is lower triangular too).
+      warp_mma<1, 2, false>(acc, RowMajorA{Ps + m0 * Sm::kLdT, Sm::kLdT}, Vs + n0 * Sm::kLdV, Sm::kLdV,
                             Sm::kLo, m0 + 16);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -323,7 +334,7 @@ __global__ void __launch_bounds__(kScanWarps * 32, 1) chunk_scan_kernel(DeltaNet
     }
 
     // S = e^{G_L} S + Kᵀ (e^{G_L − G} ⊙ V'): Kᵀ's element (d, i) is Ks[i][d]. Ss was last read by the
-    // products before the barrier above.
+    // products of step 1.
     if (s_warp) {
       const float eL = expf(GL);
 #pragma unroll
@@ -337,8 +348,9 @@ __global__ void __launch_bounds__(kScanWarps * 32, 1) chunk_scan_kernel(DeltaNet
         for (int e = 0; e < 4; ++e)
           store_split<SPLIT>(Ss + state_col(nt, e) * Sm::kLdS + state_row(e), Sm::kLo, s_acc[0][nt][e]);
     }
-    __syncthreads();  // Ss is the next chunk's; every tile is reloaded
+    __syncthreads();  // Ss, Vs, Vd and Ps are the next chunk's
   }
+  cp_async_wait<0>();  // (only empty groups are left)
 
   if (s_warp)  // the exact state, from the registers (Ss holds it split)
 #pragma unroll
@@ -349,10 +361,11 @@ __global__ void __launch_bounds__(kScanWarps * 32, 1) chunk_scan_kernel(DeltaNet
 
 template <int DK, bool SPLIT>
 void launch(const DeltaNetScanArgs& a, const Workspace& ws, cudaStream_t stream) {
-  constexpr size_t scan_bytes = sizeof(float) * ScanSmem<DK>::kFloats;
+  constexpr size_t prep_bytes = sizeof(float) * PrepSmem<DK>::kFloats,
+                   scan_bytes = sizeof(float) * ScanSmem<DK>::kFloats;
   static const bool configured = [] {  // above the 48 KB default: once per instantiation
     check(cudaFuncSetAttribute(chunk_prepare_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(PrepSmem<DK>::bytes(kMaxDv))),
+                               static_cast<int>(prep_bytes)),
           "deltanet_chunked_scan: shared memory");
     check(cudaFuncSetAttribute(chunk_scan_kernel<DK, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(scan_bytes)),
@@ -361,7 +374,7 @@ void launch(const DeltaNetScanArgs& a, const Workspace& ws, cudaStream_t stream)
   }();
   (void)configured;
   chunk_prepare_kernel<DK><<<dim3(static_cast<unsigned>(ws.chunks), static_cast<unsigned>(a.Hk)),
-                             kPrepThreads, PrepSmem<DK>::bytes(a.Dv), stream>>>(a, ws);
+                             kPrepThreads, prep_bytes, stream>>>(a, ws);
   check_launch("deltanet_chunk_prepare");
   chunk_scan_kernel<DK, SPLIT><<<dim3(static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.Dv / kCols)),
                                  kScanWarps * 32, scan_bytes, stream>>>(a, ws);
@@ -375,13 +388,13 @@ bool aligned(const void* p, uintptr_t bytes) {
 }  // namespace
 
 bool deltanet_chunked_supported(const DeltaNetScanArgs& a) {
-  return (a.Dk == 64 || a.Dk == 128) && a.Dv % kCols == 0 && a.Dv <= kMaxDv && a.Hk > 0 && a.Hv % a.Hk == 0 &&
-         a.ld % 4 == 0 && a.ld_out % 2 == 0 && aligned(a.qkv, 16) && aligned(a.out, 8);
+  return (a.Dk == 64 || a.Dk == 128) && a.Dv % kCols == 0 && a.Hk > 0 && a.Hv % a.Hk == 0 && a.ld % 4 == 0 &&
+         a.ld_out % 2 == 0 && aligned(a.qkv, 16) && aligned(a.out, 8);
 }
 
-int64_t deltanet_chunked_workspace_floats(int64_t n, int Hv, int Dk, int Dv) {
+int64_t deltanet_chunked_workspace_floats(int64_t n, int Hv) {
   const int64_t n_pad = (n + kL - 1) / kL * kL;
-  return int64_t{Hv} * n_pad * (Dk + Dv + kL + 1);
+  return int64_t{Hv} * n_pad * (2 * kL + 1);
 }
 
 void deltanet_chunked_scan(const DeltaNetScanArgs& a, float* workspace, cudaStream_t stream,
@@ -389,7 +402,7 @@ void deltanet_chunked_scan(const DeltaNetScanArgs& a, float* workspace, cudaStre
   if (a.n == 0) return;
   if (!deltanet_chunked_supported(a) || !aligned(workspace, 16))
     check(cudaErrorInvalidValue, "deltanet_chunked_scan: unsupported shape or alignment");
-  const Workspace ws = carve(workspace, a.n, a.Hv, a.Dk, a.Dv);
+  const Workspace ws = carve(workspace, a.n, a.Hv);
   if (a.Dk == 128)
     split_tf32 ? launch<128, true>(a, ws, stream) : launch<128, false>(a, ws, stream);
   else

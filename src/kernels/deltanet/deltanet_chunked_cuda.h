@@ -7,13 +7,15 @@
 //   deltanet_chunk_prepare  a block per (chunk, key head): QKᵀ and KKᵀ once on the tensor cores
 //                           (split as below), then for the value heads of the key
 //                           head, two at a time: A = strict_lower((βK)Kᵀ ⊙ D), P = (QKᵀ) ⊙ D
-//                           (lower, with the diagonal), W = (I+A)⁻¹(βK ⊙ e^G) and U = (I+A)⁻¹(βV)
-//                           by forward substitution on the CUDA cores, a thread per column of [W | U]
+//                           (lower, with the diagonal) and T = (I+A)⁻¹ diag(β) by forward
+//                           substitution on the CUDA cores, a thread per column of T
 //   deltanet_chunk_scan     a block per (value head, 32 state columns) walking the chunks in order,
-//                           the state slice f32 in mma accumulators, mma.sync m16n8k8 tf32:
-//                              V' = U − W S;  O = e^G ⊙ (Q S) + P V';
+//                           the state slice f32 in mma accumulators, mma.sync m16n8k8 tf32. The WY
+//                           form's W = (I+A)⁻¹(βK ⊙ e^G) and U = (I+A)⁻¹(βV) give
+//                              V' = U − W S = T (V − e^G ⊙ (K S));  O = e^G ⊙ (Q S) + P V';
 //                              S  = e^{G_L} S + Kᵀ (e^{G_L − G} ⊙ V')
-//                           the products split their tf32 operands in a high and a low part (3
+//                           so neither W nor U is formed. The products split their tf32 operands
+//                           in a high and a low part (3
 //                           products: a_hi b_hi + a_hi b_lo + a_lo b_hi), which keeps the state at
 //                           the f32 scan's accuracy; P V' alone is plain tf32 (about 3e-4 relative,
 //                           below the bf16 rounding of the next matrix product's input, and not
@@ -34,12 +36,12 @@ namespace qwick::cuda {
 
 constexpr int kDeltaNetChunk = 64;
 
-// Shapes the chunked form handles: Dk 64 or 128, Dv a multiple of 32 up to 256, row strides and head
+// Shapes the chunked form handles: Dk 64 or 128, Dv a multiple of 32, row strides and head
 // offsets 16-byte aligned (ld and ld_out multiples of 4). Otherwise use deltanet_scan.
 bool deltanet_chunked_supported(const DeltaNetScanArgs& a);
 
 // Floats of device workspace deltanet_chunked_scan needs for a chunk of n rows.
-int64_t deltanet_chunked_workspace_floats(int64_t n, int Hv, int Dk, int Dv);
+int64_t deltanet_chunked_workspace_floats(int64_t n, int Hv);
 
 void deltanet_chunked_scan(const DeltaNetScanArgs& a, float* workspace, cudaStream_t stream,
                            bool split_tf32 = true);
