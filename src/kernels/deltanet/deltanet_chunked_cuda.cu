@@ -1,5 +1,6 @@
 // Chunked Gated DeltaNet scan (contracts, formulas and workspace in deltanet_chunked_cuda.h).
 #include <cfloat>
+#include <type_traits>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
@@ -41,11 +42,13 @@ struct PrepSmem {
   // Rows of DK + 4 and kL + 4 floats: ≡ 4 (mod 8) words, as ldmatrix and the float4 reads of eight
   // consecutive rows want.
   static constexpr int kLdK = DK + 4, kLdA = kL + 4;
-  // K; A of each head; log decay, β and G of each head; then Q and K split (the B operand of QKᵀ and
-  // KKᵀ: tf32 hi parts, then lo parts).
-  static constexpr int kK = 0, kA = kK + kL * kLdK, kg = kA + kPrepHeads * kL * kLdA,
-                       kb = kg + kPrepHeads * kL, kG = kb + kPrepHeads * kL, kQ = kG + kPrepHeads * kL,
-                       kKb = kQ + kL * kLdK, kKbLo = kL * kLdK, kFloats = kQ + 3 * kL * kLdK;
+  // Q and K (the A operands of QKᵀ and KKᵀ) and K split (their B operand: tf32 hi parts, then lo
+  // parts); once the products are done, QKᵀ and KKᵀ take the place of Q and K, and A of each head of
+  // the pair that of the split K. Then log decay, β and G of each head.
+  static constexpr int kQ = 0, kK = kQ + kL * kLdK, kKb = kK + kL * kLdK, kKbLo = kL * kLdK, kQK = 0,
+                       kKK = kQK + kL * kLdA, kA = kKb, kg = kKb + 2 * kKbLo, kb = kg + kPrepHeads * kL,
+                       kG = kb + kPrepHeads * kL, kFloats = kG + kPrepHeads * kL;
+  static_assert(2 * kL * kLdA <= kKb && kPrepHeads * kL * kLdA <= 2 * kKbLo, "products and A fit");
 };
 
 template <int DK>
@@ -53,7 +56,7 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prepare_kernel(DeltaNetSca
   using Sm = PrepSmem<DK>;
   extern __shared__ float4 smem4[];
   float* sm = reinterpret_cast<float*>(smem4);
-  float *Ks = sm + Sm::kK, *Qs = sm + Sm::kQ, *Kb = sm + Sm::kKb;
+  float *Qs = sm + Sm::kQ, *Ks = sm + Sm::kK, *Kb = sm + Sm::kKb;
   const int chunk = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x;
   const int64_t t0 = int64_t{chunk} * kL, key_dim = int64_t{a.Hk} * DK;
 
@@ -76,18 +79,28 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prepare_kernel(DeltaNetSca
   }
   __syncthreads();
 
-  // QKᵀ (warps 0-7) and KKᵀ (warps 8-15) on split tf32, shared by the value heads of this key head,
-  // kept in registers: a warp's 16 rows from m0 and 32 columns from n0, in the m16n8 accumulator
-  // layout. (On the CUDA cores these were half the kernel's FMAs.)
-  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const bool kk_warp = warp >= 8;
-  const int m0 = (warp & 3) * 16, n0 = (warp >> 2 & 1) * 32;
-  float prod[1][4][4] = {};
-  warp_mma<1, 4, true>(prod, RowMajorA{(kk_warp ? Ks : Qs) + m0 * Sm::kLdK, Sm::kLdK}, Kb + n0 * Sm::kLdK,
-                       Sm::kLdK, Sm::kKbLo, DK);
+  // QKᵀ (warps 0-7) and KKᵀ (warps 8-15) on split tf32, shared by the value heads of this key head:
+  // a warp's 16 rows from m0 and 32 columns from n0, in the m16n8 accumulator layout, then stored.
+  // (On the CUDA cores these were half the kernel's FMAs.)
+  {
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const bool kk_warp = warp >= 8;
+    const int m0 = (warp & 3) * 16, n0 = (warp >> 2 & 1) * 32;
+    float prod[1][4][4] = {};
+    warp_mma<1, 4, true>(prod, RowMajorA{(kk_warp ? Ks : Qs) + m0 * Sm::kLdK, Sm::kLdK}, Kb + n0 * Sm::kLdK,
+                         Sm::kLdK, Sm::kKbLo, DK);
+    __syncthreads();  // every warp is done with Q, K and the split K
+    float* out = sm + (kk_warp ? Sm::kKK : Sm::kQK);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        out[(m0 + g + 8 * (e >> 1)) * Sm::kLdA + n0 + nt * 8 + 2 * t + (e & 1)] = prod[0][nt][e];
+  }
 
   // This thread's head of the pair and its index among the head's threads.
   const int lh = tid / kHeadThreads, ht = tid % kHeadThreads;
+  const float *QK = sm + Sm::kQK, *KK = sm + Sm::kKK;
   float *As = sm + Sm::kA + lh * kL * Sm::kLdA, *gs = sm + Sm::kg + lh * kL, *bs = sm + Sm::kb + lh * kL,
         *Gs = sm + Sm::kG + lh * kL;
   const int ratio = a.Hv / a.Hk;
@@ -107,50 +120,56 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prepare_kernel(DeltaNetSca
       for (int i = 0; i < kL; ++i) acc += gs[i], Gs[i] = acc;
     }
     __syncthreads();
-    // P (from QKᵀ) and A (from KKᵀ) of both heads, from the registers.
-    for (int ph = 0; ph < kPrepHeads && vh0 + ph < ratio; ++ph) {
-      const int hp = kh * ratio + vh0 + ph;
+    // P and A of both heads, an element a thread (P's rows coalesced).
+    for (int e = tid; e < kPrepHeads * kL * kL; e += kPrepThreads) {
+      const int ph = e / (kL * kL), i = e / kL % kL, j = e % kL;
+      if (vh0 + ph >= ratio) break;
       const float *Gp = sm + Sm::kG + ph * kL, *bp = sm + Sm::kb + ph * kL;
-      float* Ap = sm + Sm::kA + ph * kL * Sm::kLdA;
-      float* P = ws.P + (int64_t{hp} * ws.chunks + chunk) * kL * kL;
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = m0 + g + 8 * (e >> 1), j = n0 + nt * 8 + 2 * t + (e & 1);
-          const float dij = j <= i ? expf(Gp[i] - Gp[j]) : 0.0f;
-          if (kk_warp)
-            Ap[i * Sm::kLdA + j] = j < i ? bp[i] * prod[0][nt][e] * dij : 0.0f;
-          else
-            P[i * kL + j] = prod[0][nt][e] * dij;
-        }
+      const float dij = j <= i ? expf(Gp[i] - Gp[j]) : 0.0f;
+      ws.P[(int64_t{kh * ratio + vh0 + ph} * ws.chunks + chunk) * kL * kL + i * kL + j] =
+          QK[i * Sm::kLdA + j] * dij;
+      sm[Sm::kA + (ph * kL + i) * Sm::kLdA + j] = j < i ? bp[i] * KK[i * Sm::kLdA + j] * dij : 0.0f;
     }
     const int64_t head_row = int64_t{h} * ws.n_pad + t0;
     if (head && ht < kL) ws.G[head_row + ht] = Gs[ht];
     __syncthreads();
 
     // Column c of T = (I+A)⁻¹ by forward substitution, x_i = δ_ic − Σ_{j<i} A_ij x_j, a thread per
-    // column; the column stays in registers (fully unrolled), A is read as broadcast float4s. Stored
-    // times β_c, the factor U = T (βV) and W = T (βK ⊙ e^G) both carry.
-    if (head && ht < kL) {
-      const int c = ht;
+    // column; the column stays in registers (fully unrolled), A is read as broadcast float4s, and each
+    // row's sum runs in four chains (the dependent FMAs are the kernel's critical path). Rows above c
+    // are zero, so a warp starts at its first column's row: columns 0-31 are the long warp. Head 0's
+    // columns are on warps 0-1, head 1's on warps 10-11, so the two long warps have a scheduler each
+    // (warp w issues on scheduler w % 4). Stored times β_c, the factor U = T (βV) and
+    // W = T (βK ⊙ e^G) both carry.
+    static_assert(kPrepHeads == 2 && kHeadThreads >= 2 * kL, "the substitution's warps");
+    const int c = ht - kL * lh;
+    if (head && c >= 0 && c < kL) {
       float* out = ws.T + (int64_t{h} * ws.chunks + chunk) * kL * kL + c;
       const float beta_c = bs[c];
-      float x[kL];
+      auto solve = [&](auto first_row) {
+        constexpr int i0 = decltype(first_row)::value;
+        for (int i = 0; i < i0; ++i) out[i * kL] = 0.0f;
+        float x[kL];
 #pragma unroll
-      for (int i = 0; i < kL; ++i) {
-        float acc0 = i == c ? 1.0f : 0.0f, acc1 = 0.0f;  // two chains: half the dependent latency
+        for (int i = i0; i < kL; ++i) {
+          float acc[4] = {i == c ? 1.0f : 0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int j = 0; j < i; j += 4) {
-          const float4 aij = *reinterpret_cast<const float4*>(As + i * Sm::kLdA + j);
-          acc0 = fmaf(-aij.x, x[j], acc0);
-          if (j + 1 < i) acc1 = fmaf(-aij.y, x[j + 1], acc1);
-          if (j + 2 < i) acc0 = fmaf(-aij.z, x[j + 2], acc0);
-          if (j + 3 < i) acc1 = fmaf(-aij.w, x[j + 3], acc1);
+          for (int j = i0; j < i; j += 4) {
+            const float4 aij = *reinterpret_cast<const float4*>(As + i * Sm::kLdA + j);
+            acc[0] = fmaf(-aij.x, x[j], acc[0]);
+            if (j + 1 < i) acc[1] = fmaf(-aij.y, x[j + 1], acc[1]);
+            if (j + 2 < i) acc[2] = fmaf(-aij.z, x[j + 2], acc[2]);
+            if (j + 3 < i) acc[3] = fmaf(-aij.w, x[j + 3], acc[3]);
+          }
+          x[i] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+          out[i * kL] = x[i] * beta_c;
         }
-        x[i] = acc0 + acc1;
-        out[i * kL] = x[i] * beta_c;
-      }
+      };
+      static_assert(kL == 64, "a warp's columns: rows from 0 or from 32");
+      if (c < 32)
+        solve(std::integral_constant<int, 0>{});
+      else
+        solve(std::integral_constant<int, 32>{});
     }
     __syncthreads();  // As, gs, bs and Gs are the next pair's
   }
@@ -266,9 +285,12 @@ __global__ void __launch_bounds__(kScanWarps * 32, 1) chunk_scan_kernel(DeltaNet
 
     // Step 1: K S or Q S for this warp's 16 rows and 16 columns.
     float acc[1][2][4] = {};
-    warp_mma<1, 2, SPLIT>(
-        acc, q_warp ? RowMajorA{Qs + m0 * Sm::kLdQ, Sm::kLdQ} : RowMajorA{Ks + m0 * Sm::kLdK, Sm::kLdK},
-        Ss + n0 * Sm::kLdS, Sm::kLdS, Sm::kLo, DK);
+    if (q_warp)
+      warp_mma<1, 2, false>(acc, RowMajorA{Qs + m0 * Sm::kLdQ, Sm::kLdQ}, Ss + n0 * Sm::kLdS, Sm::kLdS,
+                            Sm::kLo, DK);
+    else
+      warp_mma<1, 2, SPLIT>(acc, RowMajorA{Ks + m0 * Sm::kLdK, Sm::kLdK}, Ss + n0 * Sm::kLdS, Sm::kLdS,
+                            Sm::kLo, DK);
     const float GL = Gs[kL - 1];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
