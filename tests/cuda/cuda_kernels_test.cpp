@@ -897,6 +897,10 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
         cuda::DeltaNetConvArgs conv_args{d_qkv.data(),  C, n, C, d_conv_w.data(), K, d_conv_state.data(),
                                          d_conv.data(), C};
         conv_args.row_parallel = row_parallel;
+        if (row_parallel && n > 1) {  // the row-parallel conv also does the norms
+          conv_args.norm_heads = s.Hk;
+          conv_args.norm_dim = s.Dk;
+        }
         if (n == 1 && row_parallel) {  // a decode step: conv, prepare and scan fused
           cuda::DeltaNetDecodeStepArgs step{conv_args,   s.Hk,         s.Dk,       s.Hv,
                                             s.Dv,        d_b.data(),   d_a.data(), d_a_neg.data(),
@@ -925,9 +929,10 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
           }
         } else {
           cuda::deltanet_conv(conv_args, nullptr);
-          cuda::deltanet_prepare({d_conv.data(), C, n, s.Hk, s.Dk, s.Hv, d_b.data(), d_a.data(), s.Hv,
-                                  d_a_neg.data(), d_dt.data(), d_beta.data(), d_decay.data()},
-                                 nullptr);
+          cuda::deltanet_prepare(
+              {d_conv.data(), C, n, s.Hk, s.Dk, s.Hv, d_b.data(), d_a.data(), s.Hv, d_a_neg.data(),
+               d_dt.data(), d_beta.data(), d_decay.data(), conv_args.norm_heads > 0},
+              nullptr);
           cuda::deltanet_scan({d_conv.data(), C, d_beta.data(), d_decay.data(), n, s.Hk, s.Hv, s.Dk, s.Dv,
                                d_rec.data(), d_o.data(), Vt},
                               nullptr);
@@ -940,6 +945,43 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
         EXPECT_LT(rel_err(d_rec.download(), rec), 1e-4);
       }
     }
+}
+
+// The conv's own q and k norms (norm_heads) against the conv followed by deltanet_prepare's norms:
+// one row (a run of one), a partial run and runs across blocks, head sizes 32-128, and a layout whose
+// first block holds q, k and v channels (one key head of 32).
+TEST(DeltaNet, ConvNormsMatchPrepare) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  struct Shape {
+    int Hk, Hv, Dk, Dv;
+  };
+  for (const Shape s : {Shape{16, 32, 128, 128}, Shape{1, 2, 32, 32}, Shape{4, 8, 64, 64}}) {
+    const int K = 4;
+    const int64_t C = 2 * int64_t{s.Hk} * s.Dk + int64_t{s.Hv} * s.Dv;
+    const auto conv_w = randn(static_cast<size_t>(C * K), rng, 0.5f);
+    const auto window = randn(static_cast<size_t>((K - 1) * C), rng);
+    std::vector<float> a_neg(static_cast<size_t>(s.Hv), -1.0f), dt_bias(static_cast<size_t>(s.Hv), 0.0f);
+    for (int64_t n : {1, 5, 37}) {
+      SCOPED_TRACE(fmt::format("Hk {} Dk {}, {} rows", s.Hk, s.Dk, n));
+      const auto qkv = randn(static_cast<size_t>(n * C), rng), ba = randn(static_cast<size_t>(n * s.Hv), rng);
+      DeviceArray<float> d_qkv(qkv), d_w(conv_w), d_ba(ba), d_a_neg(a_neg), d_dt(dt_bias);
+      std::vector<float> out[2], state[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        DeviceArray<float> d_state(window), d_out(qkv.size()), d_beta(ba.size()), d_decay(ba.size());
+        cuda::DeltaNetConvArgs conv{d_qkv.data(), C, n, C, d_w.data(), K, d_state.data(), d_out.data(), C};
+        if (fused) conv.norm_heads = s.Hk, conv.norm_dim = s.Dk;
+        cuda::deltanet_conv(conv, nullptr);
+        cuda::deltanet_prepare({d_out.data(), C, n, s.Hk, s.Dk, s.Hv, d_ba.data(), d_ba.data(), s.Hv,
+                                d_a_neg.data(), d_dt.data(), d_beta.data(), d_decay.data(), fused == 1},
+                               nullptr);
+        out[fused] = d_out.download();
+        state[fused] = d_state.download();
+      }
+      EXPECT_LT(rel_err(out[1], out[0]), 1e-6);
+      EXPECT_EQ(state[1], state[0]);
+    }
+  }
 }
 
 // Random scan inputs for n rows of one DeltaNet layer as deltanet_prepare leaves them: q, k

@@ -920,9 +920,13 @@ class CudaBackend final : public Backend {
     timer_.mark("deltanet: conv, gates");
     DeltaNetConvArgs conv{qkv, ld, n, C, w.conv, cfg_.conv_kernel, conv_state, p_.conv, C};
     conv.row_parallel = row_parallel_conv_;
+    if (row_parallel_conv_ && deltanet_conv_norms(cfg_.lin_k_dim)) {  // q and k normalised in the conv
+      conv.norm_heads = cfg_.lin_n_k_heads;
+      conv.norm_dim = cfg_.lin_k_dim;
+    }
     deltanet_conv(conv, stream_);
     deltanet_prepare({p_.conv, C, n, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, b, a, ld,
-                      w.a_neg, w.dt_bias, p_.beta, p_.decay},
+                      w.a_neg, w.dt_bias, p_.beta, p_.decay, conv.norm_heads > 0},
                      stream_);
     timer_.mark("deltanet: scan");
     const DeltaNetScanArgs scan{p_.conv,

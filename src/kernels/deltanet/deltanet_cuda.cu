@@ -9,6 +9,11 @@
 namespace qwick::cuda {
 namespace {
 
+// 1 / ‖x‖ for the L2 norm of a q or k head, from Σ x² (the CPU's l2_norm eps).
+__device__ __forceinline__ float inv_l2(float sumsq) {
+  return 1.0f / sqrtf(sumsq + 1e-6f);
+}
+
 template <int K>
 __global__ void conv_kernel(DeltaNetConvArgs a) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -33,34 +38,57 @@ __global__ void conv_kernel(DeltaNetConvArgs a) {
   for (int j = 0; j < K - 1; ++j) a.state[j * a.C + c] = hist[j];
 }
 
+// One step of warp_sums16: keep M of the values, swap the other M with the lane 2M apart.
+template <int M>
+__device__ __forceinline__ void halve_and_swap(float (&v)[16]) {
+  const bool upper = threadIdx.x & (2 * M);
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    const float first = v[i], second = v[i + M];
+    v[i] = (upper ? second : first) + __shfl_xor_sync(kFullMask, upper ? first : second, 2 * M);
+  }
+}
+// Lane l ends with the sum over the warp of v[l / 2] (16 values a lane): each step halves the values a
+// lane keeps, so 16 shuffles do the 16 reductions.
+__device__ __forceinline__ float warp_sums16(float (&v)[16]) {
+  halve_and_swap<8>(v);
+  halve_and_swap<4>(v);
+  halve_and_swap<2>(v);
+  halve_and_swap<1>(v);
+  return v[0] + __shfl_xor_sync(kFullMask, v[0], 1);
+}
+
 // The same convolution for chunks of many rows, a thread per (channel, run of kConvRows rows): row t
 // reads rows t - K + 1 .. t of [window state; input]. The thread loads its channel's K weights once and
 // slides the last K - 1 inputs along in registers, so each input is read once (plus K - 1 rows per
 // run). (A thread per (row, channel) read every input K times and its weights once per row: 162 µs
 // per 4096-row layer on the H200, about half the copy rate.) The window is left to
 // conv_window_kernel, which runs after (a thread overwriting it here could race with one still
-// reading it).
-constexpr int kConvRows = 16;
+// reading it). With norm_heads, a block's q and k heads (whole warps: norm_dim >= 32) are
+// L2-normalised per row before the store, their sums of squares reduced per warp and then over the
+// head's warps through shared memory: the norms then cost no pass over memory of their own.
+constexpr int kConvRows = 16, kConvThreads = 128;
 template <int K>
-__global__ void conv_rows_kernel(DeltaNetConvArgs a) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+__global__ void __launch_bounds__(kConvThreads) conv_rows_kernel(DeltaNetConvArgs a) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kConvThreads + threadIdx.x;
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kConvRows;
-  if (c >= a.C) return;
+  const bool active = c < a.C;  // (no early return: the norms' barrier)
   float w[K], hist[K - 1];
 #pragma unroll
-  for (int j = 0; j < K; ++j) w[j] = a.w[c * K + j];
+  for (int j = 0; j < K; ++j) w[j] = active ? a.w[c * K + j] : 0.0f;
 #pragma unroll
   for (int j = 0; j < K - 1; ++j) {
     const int64_t src = t0 - (K - 1) + j;  // < 0: position K - 1 + src of the window
-    hist[j] = src < 0 ? a.state[(K - 1 + src) * a.C + c] : a.in[src * a.ld_in + c];
+    hist[j] = !active ? 0.0f : src < 0 ? a.state[(K - 1 + src) * a.C + c] : a.in[src * a.ld_in + c];
   }
   const int rows = a.n - t0 < kConvRows ? static_cast<int>(a.n - t0) : kConvRows;
   float x[kConvRows];
 #pragma unroll
-  for (int r = 0; r < kConvRows; ++r) x[r] = r < rows ? a.in[(t0 + r) * a.ld_in + c] : 0.0f;  // all in flight
+  for (int r = 0; r < kConvRows; ++r)
+    x[r] = active && r < rows ? a.in[(t0 + r) * a.ld_in + c] : 0.0f;  // all in flight
+  float y[kConvRows];
 #pragma unroll
   for (int r = 0; r < kConvRows; ++r) {
-    if (r >= rows) break;
     float acc = 0.0f;  // the order of conv_kernel's sum
 #pragma unroll
     for (int j = 0; j < K - 1; ++j) acc += w[j] * hist[j];
@@ -68,8 +96,41 @@ __global__ void conv_rows_kernel(DeltaNetConvArgs a) {
 #pragma unroll
     for (int j = 0; j + 1 < K - 1; ++j) hist[j] = hist[j + 1];
     hist[K - 2] = x[r];
-    a.out[(t0 + r) * a.ld_out + c] = siluf_(acc);
+    y[r] = siluf_(acc);  // 0 for an inactive channel
   }
+
+  const int64_t block_c0 = static_cast<int64_t>(blockIdx.x) * kConvThreads,
+                qk_channels = 2 * int64_t{a.norm_heads} * a.norm_dim;
+  if (block_c0 < qk_channels) {  // uniform over the block
+    // Sums of squares per warp and row, then per head and row its factor (once, not per channel).
+    __shared__ float warp_ss[kConvThreads / 32][kConvRows], factor[kConvThreads / 32][kConvRows];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, head_warps = a.norm_dim / 32;
+    float sq[kConvRows];
+#pragma unroll
+    for (int r = 0; r < kConvRows; ++r) sq[r] = y[r] * y[r];
+    const float ss = warp_sums16(sq);
+    if ((lane & 1) == 0) warp_ss[warp][lane >> 1] = ss;
+    __syncthreads();
+    if (threadIdx.x < kConvThreads / 32 * kConvRows) {  // a thread per (head's first warp, row)
+      const int w0 = threadIdx.x / kConvRows, r = threadIdx.x % kConvRows;
+      if (w0 % head_warps == 0 && block_c0 + 32 * w0 < qk_channels) {
+        float s = 0.0f;
+        for (int hw = 0; hw < head_warps; ++hw) s += warp_ss[w0 + hw][r];
+        const bool q_head = block_c0 + 32 * w0 < int64_t{a.norm_heads} * a.norm_dim;
+        factor[w0][r] = inv_l2(s) * (q_head ? 1.0f / sqrtf(static_cast<float>(a.norm_dim)) : 1.0f);
+      }
+    }
+    __syncthreads();
+    if (block_c0 + 32 * warp < qk_channels) {
+      const int w0 = warp / head_warps * head_warps;
+#pragma unroll
+      for (int r = 0; r < kConvRows; ++r) y[r] *= factor[w0][r];
+    }
+  }
+  if (!active) return;
+#pragma unroll
+  for (int r = 0; r < kConvRows; ++r)
+    if (r < rows) a.out[(t0 + r) * a.ld_out + c] = y[r];
 }
 
 // The window after the chunk: the last K - 1 rows of [window state; input], per channel.
@@ -89,9 +150,9 @@ __global__ void conv_window_kernel(DeltaNetConvArgs a) {
 
 template <int K>
 void launch_conv(const DeltaNetConvArgs& a, cudaStream_t stream) {
-  const unsigned blocks = blocks_for(a.C, 128);
-  if (a.row_parallel && a.n > 1) {
-    conv_rows_kernel<K><<<dim3(blocks, blocks_for(a.n, kConvRows)), 128, 0, stream>>>(a);
+  const unsigned blocks = blocks_for(a.C, kConvThreads);
+  if ((a.row_parallel && a.n > 1) || a.norm_heads > 0) {
+    conv_rows_kernel<K><<<dim3(blocks, blocks_for(a.n, kConvRows)), kConvThreads, 0, stream>>>(a);
     conv_window_kernel<K><<<blocks, 128, 0, stream>>>(a);
   } else {
     conv_kernel<K><<<blocks, 128, 0, stream>>>(a);
@@ -105,17 +166,12 @@ __device__ __forceinline__ void gates(float b, float a, float a_neg, float dt_bi
   decay = expf(a_neg * softplusf_(a + dt_bias));
 }
 
-// 1 / ‖x‖ for the L2 norm of a q or k head, from Σ x² (the CPU's l2_norm eps).
-__device__ __forceinline__ float inv_l2(float sumsq) {
-  return 1.0f / sqrtf(sumsq + 1e-6f);
-}
-
 // One block per row: a warp per q or k head, then the gates.
 __global__ void prepare_kernel(DeltaNetPrepareArgs a) {
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   const float q_scale = 1.0f / sqrtf(static_cast<float>(a.Dk));
-  for (int head = warp; head < 2 * a.Hk; head += warps) {
+  for (int head = warp; head < 2 * a.Hk && !a.qk_normalised; head += warps) {
     float* x = a.qkv + t * a.ld + static_cast<int64_t>(head) * a.Dk;  // q heads, then k heads
     float ss = 0.0f;
     for (int i = lane; i < a.Dk; i += 32) ss += x[i] * x[i];
@@ -423,6 +479,8 @@ bool deltanet_decode_step_carries_z(int Dk, int conv_kernel, const DeviceMatrix&
 
 void deltanet_conv(const DeltaNetConvArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
+  if (a.norm_heads > 0 && (!deltanet_conv_norms(a.norm_dim) || 2 * int64_t{a.norm_heads} * a.norm_dim > a.C))
+    check(cudaErrorInvalidValue, "deltanet_conv: norms need heads of 32, 64 or 128 channels");
   switch (a.K) {
     case 2:
       launch_conv<2>(a, stream);
@@ -441,7 +499,7 @@ void deltanet_conv(const DeltaNetConvArgs& a, cudaStream_t stream) {
 
 void deltanet_prepare(const DeltaNetPrepareArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
-  prepare_kernel<<<static_cast<unsigned>(a.n), 256, 0, stream>>>(a);
+  prepare_kernel<<<static_cast<unsigned>(a.n), a.qk_normalised ? 32 : 256, 0, stream>>>(a);  // gates: a warp
   check_launch("deltanet_prepare");
 }
 

@@ -4,7 +4,9 @@
 //                     rows with the K-1 previous inputs in registers; the window state [K-1, C]
 //                     is read at the start and written back at the end (ready for the next chunk).
 //                     With row_parallel (and n > 1) a thread per (channel, run of 16 rows) instead,
-//                     then the window: a chunk's rows no longer wait on each other
+//                     then the window: a chunk's rows no longer wait on each other; that kernel
+//                     can also L2-normalise q and k (norm_heads), which saves deltanet_prepare a
+//                     pass over them
 //   deltanet_prepare  per row: q and k L2-normalised per key head in place (q also scaled by
 //                     Dk^-1/2); beta = sigmoid(b), decay = exp(-exp(A_log) · softplus(a + dt_bias))
 //   deltanet_scan     the recurrence token by token. The state [Hv, Dv, Dk] (row j of a head is
@@ -37,8 +39,17 @@ struct DeltaNetConvArgs {
   float* out;      // [n, ld_out]
   int64_t ld_out;
   bool row_parallel = false;
+  // When norm_heads > 0, channels [0, 2·norm_heads·norm_dim) are q heads then k heads of norm_dim
+  // (32, 64 or 128) channels each, and the output has them L2-normalised per row and head, q also
+  // scaled by norm_dim^-1/2: deltanet_prepare's norms (then run it with qk_normalised). Any n; the
+  // rows are then always taken in runs (row_parallel's kernel).
+  int norm_heads = 0, norm_dim = 0;
 };
 void deltanet_conv(const DeltaNetConvArgs& a, cudaStream_t stream);
+// Head sizes whose norms deltanet_conv can do (norm_dim).
+constexpr bool deltanet_conv_norms(int dim) {
+  return dim == 32 || dim == 64 || dim == 128;
+}
 
 struct DeltaNetPrepareArgs {
   float* qkv;  // post-conv rows [n, ld]: q (Hk·Dk) | k (Hk·Dk) | v
@@ -48,10 +59,11 @@ struct DeltaNetPrepareArgs {
   const float* b;  // [n, ld_ba]
   const float* a;
   int64_t ld_ba;
-  const float* a_neg;    // [Hv]: -exp(A_log)
-  const float* dt_bias;  // [Hv]
-  float* beta;           // [n, Hv]
-  float* decay;          // [n, Hv]
+  const float* a_neg;          // [Hv]: -exp(A_log)
+  const float* dt_bias;        // [Hv]
+  float* beta;                 // [n, Hv]
+  float* decay;                // [n, Hv]
+  bool qk_normalised = false;  // deltanet_conv did the norms (norm_heads): the gates only
 };
 void deltanet_prepare(const DeltaNetPrepareArgs& a, cudaStream_t stream);
 
