@@ -184,10 +184,10 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prepare_kernel(DeltaNetSca
 //   2. warps 0-7: V' = T Y;
 //   3. warps 8-15: O = e^G ⊙ (Q S) + P V'; every warp: S = e^{G_L} S + Kᵀ (e^{G_L − G} ⊙ V').
 // Each warp works on 16 chunk rows × 16 of the block's 32 state columns (and in step 3 on 16 state
-// rows × 16 columns). With SPLIT every product but P·V' runs on split tf32. P·V' is plain: it lies on
-// the critical path (the warps that compute it also update the state), its ~3e-4 relative error is
-// below the bf16 rounding the output gets at the next matrix product, and it does not carry from chunk
-// to chunk.
+// rows × 16 columns). With SPLIT the products the state depends on (K S, T Y and the update) run on
+// split tf32; Q·S and P·V' only make the output and are plain: their ~3e-4 relative error is below
+// the bf16 rounding the output gets at the next matrix product, and it does not carry from chunk to
+// chunk (split, they cost the scan 2 %; full-model error against the CPU is the same either way).
 constexpr int kScanWarps = 16, kCols = 32;  // state columns (value dims) per block
 
 template <int DK>

@@ -14,13 +14,13 @@
 //                           form's W = (I+A)⁻¹(βK ⊙ e^G) and U = (I+A)⁻¹(βV) give
 //                              V' = U − W S = T (V − e^G ⊙ (K S));  O = e^G ⊙ (Q S) + P V';
 //                              S  = e^{G_L} S + Kᵀ (e^{G_L − G} ⊙ V')
-//                           so neither W nor U is formed. The products split their tf32 operands
-//                           in a high and a low part (3
-//                           products: a_hi b_hi + a_hi b_lo + a_lo b_hi), which keeps the state at
-//                           the f32 scan's accuracy; P V' alone is plain tf32 (about 3e-4 relative,
-//                           below the bf16 rounding of the next matrix product's input, and not
-//                           carried to later chunks); `split_tf32 = false` makes every product of this
-//                           kernel plain.
+//                           so neither W nor U is formed. The products the state depends on split
+//                           their tf32 operands in a high and a low part (3 products: a_hi b_hi +
+//                           a_hi b_lo + a_lo b_hi), which keeps the state at the f32 scan's
+//                           accuracy; Q S and P V' only make the output and are plain tf32 (about
+//                           3e-4 relative, below the bf16 rounding of the next matrix product's
+//                           input, and not carried to later chunks); `split_tf32 = false` makes
+//                           every product of this kernel plain.
 // Rows past the end of the last chunk act as β = 0, log decay = 0, zero q, k, v: they change nothing.
 //
 // Tests: tests/cuda/cuda_kernels_test.cpp (DeltaNet.ChunkedScanMatchesCpu) against deltanet_scan_head.
