@@ -39,6 +39,12 @@ struct RowMajorA {
   const float* p;
   int ld;
 };
+// A row-major A operand stored already split (store_split): hi parts at p[m·ld + k], lo parts lo
+// further.
+struct SplitRowMajorA {
+  const float* p;
+  int ld, lo;
+};
 // A operand, element (m, k) at p[m·am + k·ak], read element by element (a transposed operand).
 struct StridedA {
   const float* p;
@@ -52,6 +58,14 @@ __device__ __forceinline__ void a_fragment(const RowMajorA& a, int m0, int k0, u
   ldmatrix_words(hi, a.p + (m0 + (lane & 15)) * a.ld + k0 + 4 * (lane >> 4));
 #pragma unroll
   for (int i = 0; i < 4; ++i) split_tf32<SPLIT>(__uint_as_float(hi[i]), hi[i], lo[i]);
+}
+template <bool SPLIT>
+__device__ __forceinline__ void a_fragment(const SplitRowMajorA& a, int m0, int k0, uint32_t (&hi)[4],
+                                           uint32_t (&lo)[4]) {
+  const int lane = threadIdx.x & 31;
+  const float* row = a.p + (m0 + (lane & 15)) * a.ld + k0 + 4 * (lane >> 4);
+  ldmatrix_words(hi, row);
+  if constexpr (SPLIT) ldmatrix_words(lo, row + a.lo);
 }
 template <bool SPLIT>
 __device__ __forceinline__ void a_fragment(const StridedA& a, int m0, int k0, uint32_t (&hi)[4],

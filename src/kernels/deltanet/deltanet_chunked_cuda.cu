@@ -33,91 +33,98 @@ Workspace carve(float* base, int64_t n, int Hv) {
 
 // ---- deltanet_chunk_prepare -------------------------------------------------------------------
 
-// Both value heads of a key head at once: 16 warps for QKᵀ and KKᵀ, then a thread per column of each
-// head's T.
-constexpr int kPrepHeads = 2, kHeadThreads = 256, kPrepThreads = kPrepHeads * kHeadThreads;
+// Both value heads of a key head at once, 8 warps: QKᵀ (warps 0-3) and KKᵀ (warps 4-7), then a
+// thread per column of each head's T on warps 0-3. Two blocks an SM, so that one block's loads and
+// products run while the other is in its substitution (with one block of 16 warps an SM, 12 of them
+// waited for the substitution's 4 for ~40 % of the kernel, and the loads of all SMs came at once).
+constexpr int kPrepHeads = 2, kPrepThreads = 256;
 
 template <int DK>
 struct PrepSmem {
   // Rows of DK + 4 and kL + 4 floats: ≡ 4 (mod 8) words, as ldmatrix and the float4 reads of eight
   // consecutive rows want.
   static constexpr int kLdK = DK + 4, kLdA = kL + 4;
-  // Q and K (the A operands of QKᵀ and KKᵀ) and K split (their B operand: tf32 hi parts, then lo
-  // parts); once the products are done, QKᵀ and KKᵀ take the place of Q and K, and A of each head of
-  // the pair that of the split K. Then log decay, β and G of each head.
-  static constexpr int kQ = 0, kK = kQ + kL * kLdK, kKb = kK + kL * kLdK, kKbLo = kL * kLdK, kQK = 0,
-                       kKK = kQK + kL * kLdA, kA = kKb, kg = kKb + 2 * kKbLo, kb = kg + kPrepHeads * kL,
-                       kG = kb + kPrepHeads * kL, kFloats = kG + kPrepHeads * kL;
-  static_assert(2 * kL * kLdA <= kKb && kPrepHeads * kL * kLdA <= 2 * kKbLo, "products and A fit");
+  // Q (the A operand of QKᵀ) and K split, tf32 hi parts then lo parts (the A operand of KKᵀ and the B
+  // operand of both; K arrives raw in the lo parts' place and is split there). Once the products are
+  // done, QKᵀ takes Q's place, and KKᵀ and A of each head of the pair that of the split K (and what
+  // it lacks for them when DK is 64). Then log decay, β and G of each head.
+  static constexpr int kQ = 0, kKb = kL * kLdK, kKbLo = kL * kLdK, kQK = 0, kKK = kKb, kA = kKK + kL * kLdA,
+                       kEnd = kKb + 2 * kKbLo, kAEnd = kA + kPrepHeads * kL * kLdA,
+                       kg = kEnd > kAEnd ? kEnd : kAEnd, kb = kg + kPrepHeads * kL, kG = kb + kPrepHeads * kL,
+                       kFloats = kG + kPrepHeads * kL;
+  static_assert(kL * kLdA <= kKb, "QKᵀ fits in Q's place");
 };
 
 template <int DK>
-__global__ void __launch_bounds__(kPrepThreads) chunk_prepare_kernel(DeltaNetScanArgs a, Workspace ws) {
+__global__ void __launch_bounds__(kPrepThreads, 2) chunk_prepare_kernel(DeltaNetScanArgs a, Workspace ws) {
   using Sm = PrepSmem<DK>;
   extern __shared__ float4 smem4[];
   float* sm = reinterpret_cast<float*>(smem4);
-  float *Qs = sm + Sm::kQ, *Ks = sm + Sm::kK, *Kb = sm + Sm::kKb;
+  float *Qs = sm + Sm::kQ, *Kb = sm + Sm::kKb, *Klo = Kb + Sm::kKbLo;
   const int chunk = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
   const int64_t t0 = int64_t{chunk} * kL, key_dim = int64_t{a.Hk} * DK;
 
   for (int e = tid; e < kL * DK / 4; e += kPrepThreads) {
     const int i = e / (DK / 4), d = e % (DK / 4) * 4;
-    float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f), k = q;
-    if (t0 + i < a.n) {
-      const float* row = a.qkv + (t0 + i) * a.ld + int64_t{kh} * DK + d;
-      q = *reinterpret_cast<const float4*>(row);
-      k = *reinterpret_cast<const float4*>(row + key_dim);
-    }
-    *reinterpret_cast<float4*>(Qs + i * Sm::kLdK + d) = q;
-    *reinterpret_cast<float4*>(Ks + i * Sm::kLdK + d) = k;
-    const float kv[4] = {k.x, k.y, k.z, k.w};
+    const bool valid = t0 + i < a.n;
+    const float* row = a.qkv + (valid ? t0 + i : 0) * a.ld + int64_t{kh} * DK + d;
+    cp_async16(Qs + i * Sm::kLdK + d, row, valid);
+    cp_async16(Klo + i * Sm::kLdK + d, row + key_dim, valid);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  for (int e = tid; e < kL * DK / 4; e += kPrepThreads) {  // K split in place
+    float* k = Klo + e / (DK / 4) * Sm::kLdK + e % (DK / 4) * 4;
+    const float4 v = *reinterpret_cast<const float4*>(k);
+    const float kv[4] = {v.x, v.y, v.z, v.w};
     uint32_t hi[4], lo[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) split_tf32<true>(kv[j], hi[j], lo[j]);
-    *reinterpret_cast<uint4*>(Kb + i * Sm::kLdK + d) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    *reinterpret_cast<uint4*>(Kb + Sm::kKbLo + i * Sm::kLdK + d) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    *reinterpret_cast<uint4*>(k - Sm::kKbLo) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    *reinterpret_cast<uint4*>(k) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
   }
   __syncthreads();
 
-  // QKᵀ (warps 0-7) and KKᵀ (warps 8-15) on split tf32, shared by the value heads of this key head:
-  // a warp's 16 rows from m0 and 32 columns from n0, in the m16n8 accumulator layout, then stored.
-  // (On the CUDA cores these were half the kernel's FMAs.)
+  // QKᵀ (warps 0-3) and KKᵀ (warps 4-7) on split tf32, shared by the value heads of this key head:
+  // a warp's 16 rows from m0, all 64 columns, in the m16n8 accumulator layout, then stored.
   {
-    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const bool kk_warp = warp >= 8;
-    const int m0 = (warp & 3) * 16, n0 = (warp >> 2 & 1) * 32;
-    float prod[1][4][4] = {};
-    warp_mma<1, 4, true>(prod, RowMajorA{(kk_warp ? Ks : Qs) + m0 * Sm::kLdK, Sm::kLdK}, Kb + n0 * Sm::kLdK,
-                         Sm::kLdK, Sm::kKbLo, DK);
-    __syncthreads();  // every warp is done with Q, K and the split K
+    const int g = lane >> 2, t = lane & 3, m0 = (warp & 3) * 16;
+    const bool kk_warp = warp >= 4;
+    float prod[1][8][4] = {};
+    if (kk_warp)
+      warp_mma<1, 8, true>(prod, SplitRowMajorA{Kb + m0 * Sm::kLdK, Sm::kLdK, Sm::kKbLo}, Kb, Sm::kLdK,
+                           Sm::kKbLo, DK);
+    else
+      warp_mma<1, 8, true>(prod, RowMajorA{Qs + m0 * Sm::kLdK, Sm::kLdK}, Kb, Sm::kLdK, Sm::kKbLo, DK);
+    __syncthreads();  // every warp is done with Q and the split K
     float* out = sm + (kk_warp ? Sm::kKK : Sm::kQK);
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        out[(m0 + g + 8 * (e >> 1)) * Sm::kLdA + n0 + nt * 8 + 2 * t + (e & 1)] = prod[0][nt][e];
+        out[(m0 + g + 8 * (e >> 1)) * Sm::kLdA + nt * 8 + 2 * t + (e & 1)] = prod[0][nt][e];
   }
 
-  // This thread's head of the pair and its index among the head's threads.
-  const int lh = tid / kHeadThreads, ht = tid % kHeadThreads;
   const float *QK = sm + Sm::kQK, *KK = sm + Sm::kKK;
-  float *As = sm + Sm::kA + lh * kL * Sm::kLdA, *gs = sm + Sm::kg + lh * kL, *bs = sm + Sm::kb + lh * kL,
-        *Gs = sm + Sm::kG + lh * kL;
   const int ratio = a.Hv / a.Hk;
   for (int vh0 = 0; vh0 < ratio; vh0 += kPrepHeads) {
-    const int h = kh * ratio + vh0 + lh;
-    const bool head = vh0 + lh < ratio;  // uniform over each half of the block
-    if (head && ht < kL) {
-      const int64_t t = t0 + ht;
+    // A thread per (head of the pair, row) for the gates.
+    const int gh = tid / kL, gi = tid % kL;
+    const bool gate_thread = tid < kPrepHeads * kL && vh0 + gh < ratio;
+    if (gate_thread) {
+      const int64_t t = t0 + gi;
+      const int h = kh * ratio + vh0 + gh;
       const bool valid = t < a.n;
       // log of the decay the token scan multiplies by; FLT_MIN keeps an underflowed decay finite.
-      gs[ht] = valid ? logf(fmaxf(a.decay[t * a.Hv + h], FLT_MIN)) : 0.0f;
-      bs[ht] = valid ? a.beta[t * a.Hv + h] : 0.0f;
+      sm[Sm::kg + gh * kL + gi] = valid ? logf(fmaxf(a.decay[t * a.Hv + h], FLT_MIN)) : 0.0f;
+      sm[Sm::kb + gh * kL + gi] = valid ? a.beta[t * a.Hv + h] : 0.0f;
     }
     __syncthreads();
-    if (head && ht == 0) {
+    if (tid < kPrepHeads && vh0 + tid < ratio) {  // G: a thread per head
       float acc = 0.0f;
-      for (int i = 0; i < kL; ++i) acc += gs[i], Gs[i] = acc;
+      for (int i = 0; i < kL; ++i) acc += sm[Sm::kg + tid * kL + i], sm[Sm::kG + tid * kL + i] = acc;
     }
     __syncthreads();
     // P and A of both heads, an element a thread (P's rows coalesced).
@@ -130,22 +137,21 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prepare_kernel(DeltaNetSca
           QK[i * Sm::kLdA + j] * dij;
       sm[Sm::kA + (ph * kL + i) * Sm::kLdA + j] = j < i ? bp[i] * KK[i * Sm::kLdA + j] * dij : 0.0f;
     }
-    const int64_t head_row = int64_t{h} * ws.n_pad + t0;
-    if (head && ht < kL) ws.G[head_row + ht] = Gs[ht];
+    if (gate_thread) ws.G[int64_t{kh * ratio + vh0 + gh} * ws.n_pad + t0 + gi] = sm[Sm::kG + gh * kL + gi];
     __syncthreads();
 
     // Column c of T = (I+A)⁻¹ by forward substitution, x_i = δ_ic − Σ_{j<i} A_ij x_j, a thread per
     // column; the column stays in registers (fully unrolled), A is read as broadcast float4s, and each
     // row's sum runs in four chains (the dependent FMAs are the kernel's critical path). Rows above c
-    // are zero, so a warp starts at its first column's row: columns 0-31 are the long warp. Head 0's
-    // columns are on warps 0-1, head 1's on warps 10-11, so the two long warps have a scheduler each
-    // (warp w issues on scheduler w % 4). Stored times β_c, the factor U = T (βV) and
-    // W = T (βK ⊙ e^G) both carry.
-    static_assert(kPrepHeads == 2 && kHeadThreads >= 2 * kL, "the substitution's warps");
-    const int c = ht - kL * lh;
-    if (head && c >= 0 && c < kL) {
-      float* out = ws.T + (int64_t{h} * ws.chunks + chunk) * kL * kL + c;
-      const float beta_c = bs[c];
+    // are zero, so a warp starts at its first column's row: columns 0-31 are the long warp. Warps 0-1
+    // take head 0, warps 2-3 head 1, so the two long warps have a scheduler each (warp w issues on
+    // scheduler w % 4). Stored times β_c, the factor U = T (βV) and W = T (βK ⊙ e^G) both carry.
+    static_assert(kPrepHeads == 2 && kL == 64, "a warp per 32 columns, 2 per head, on warps 0-3");
+    const int sh = warp >> 1, c = (warp & 1) * 32 + lane;
+    if (warp < 2 * kPrepHeads && vh0 + sh < ratio) {
+      const float* As = sm + Sm::kA + sh * kL * Sm::kLdA;
+      float* out = ws.T + (int64_t{kh * ratio + vh0 + sh} * ws.chunks + chunk) * kL * kL + c;
+      const float beta_c = sm[Sm::kb + sh * kL + c];
       auto solve = [&](auto first_row) {
         constexpr int i0 = decltype(first_row)::value;
         for (int i = 0; i < i0; ++i) out[i * kL] = 0.0f;
@@ -165,13 +171,12 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prepare_kernel(DeltaNetSca
           out[i * kL] = x[i] * beta_c;
         }
       };
-      static_assert(kL == 64, "a warp's columns: rows from 0 or from 32");
-      if (c < 32)
-        solve(std::integral_constant<int, 0>{});
-      else
+      if (warp & 1)
         solve(std::integral_constant<int, 32>{});
+      else
+        solve(std::integral_constant<int, 0>{});
     }
-    __syncthreads();  // As, gs, bs and Gs are the next pair's
+    __syncthreads();  // A, log decay, β and G are the next pair's
   }
 }
 
@@ -389,6 +394,9 @@ void launch(const DeltaNetScanArgs& a, const Workspace& ws, cudaStream_t stream)
     check(cudaFuncSetAttribute(chunk_prepare_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(prep_bytes)),
           "deltanet_chunked_scan: shared memory");
+    check(cudaFuncSetAttribute(chunk_prepare_kernel<DK>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               cudaSharedmemCarveoutMaxShared),  // room for two blocks an SM
+          "deltanet_chunked_scan: shared memory carveout");
     check(cudaFuncSetAttribute(chunk_scan_kernel<DK, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(scan_bytes)),
           "deltanet_chunked_scan: shared memory");
