@@ -150,9 +150,10 @@ __global__ void conv_window_kernel(DeltaNetConvArgs a) {
 
 template <int K>
 void launch_conv(const DeltaNetConvArgs& a, cudaStream_t stream) {
-  const unsigned blocks = blocks_for(a.C, kConvThreads);
+  const unsigned blocks = blocks_for(a.C, 128);
   if ((a.row_parallel && a.n > 1) || a.norm_heads > 0) {
-    conv_rows_kernel<K><<<dim3(blocks, blocks_for(a.n, kConvRows)), kConvThreads, 0, stream>>>(a);
+    conv_rows_kernel<K>
+        <<<dim3(blocks_for(a.C, kConvThreads), blocks_for(a.n, kConvRows)), kConvThreads, 0, stream>>>(a);
     conv_window_kernel<K><<<blocks, 128, 0, stream>>>(a);
   } else {
     conv_kernel<K><<<blocks, 128, 0, stream>>>(a);
