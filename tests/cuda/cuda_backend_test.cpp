@@ -5,9 +5,12 @@
 //
 // Tolerances: prefill runs bf16 activations into the tensor cores (decode keeps f32). How far that
 // alone moves each fixture was measured by running the CPU backend with every matmul input rounded
-// to bf16 (the router left in f32, as here): tiny/hf 6.9e-2 (one late discrete jump: tiny's random
-// norms make it very sensitive), tiny/mlx4 3.5e-2, small/mlx4 1.5e-2 (docs/gpu-notes.md). The
-// bounds sit just above those; decode-path comparisons keep 1e-2.
+// to bf16 (the router left in f32): tiny/hf 6.9e-2 (one late discrete jump: tiny's random norms make
+// it very sensitive), tiny/mlx4 3.5e-2, small/mlx4 1.5e-2 (docs/gpu-notes.md). The bounds sit just
+// above those; decode-path comparisons keep 1e-2. The prefill router also takes bf16 inputs (the
+// CPU's fast prefill does too; these tests run it exact): a rounding that moves a near tie picks
+// another expert, so comparisons across that (prefill against decode or the exact CPU, or after one
+// more rounding elsewhere) allow 3e-2 where they allowed 1e-2 or 2e-2 (measured up to 2.4e-2).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,6 +42,7 @@ struct RunSpec {
   bool chunked_scan = true;
   bool gemv_rows = true, carry_z = true;
   bool down_bf16 = true, in_proj_stack = true;
+  bool router_bf16 = true;
 };
 
 std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& tokens, const RunSpec& run) {
@@ -48,7 +52,7 @@ std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& tok
        {std::pair{run.graphs, "graph"}, std::pair{run.fusion, "fusion"}, std::pair{run.overlap, "overlap"},
         std::pair{run.chunked_scan, "chunked-scan"}, std::pair{run.gemv_rows, "gemv-rows"},
         std::pair{run.carry_z, "carry-z"}, std::pair{run.down_bf16, "down-bf16"},
-        std::pair{run.in_proj_stack, "in-proj-stack"}})
+        std::pair{run.in_proj_stack, "in-proj-stack"}, std::pair{run.router_bf16, "router-bf16"}})
     if (!on) opt.cuda_off += std::string(opt.cuda_off.empty() ? "" : ",") + lever;
   opt.threads = 4;
   opt.exact = !run.int8;  // by default the f32 reference numerics, not the int8/bf16 fast paths
@@ -122,7 +126,7 @@ TEST(CudaBackend, FixturesInEveryLayout) {
       // tighter for the mostly-decoded run.
       RunSpec cpu = run;
       cpu.device = "cpu";
-      EXPECT_LT(rel_err(logits, logits_of(*model, fx.tokens, cpu)), run.decode_from < 0 ? c.tol : 2e-2);
+      EXPECT_LT(rel_err(logits, logits_of(*model, fx.tokens, cpu)), run.decode_from < 0 ? c.tol : 3e-2);
     }
   }
 }
@@ -197,7 +201,8 @@ TEST(CudaBackend, DecodeLeversKeepTheLogits) {
 }
 
 // The mixer's input projections as one GEMM over their stacked rows or one GEMM per matrix: each
-// output is the same sum either way. The experts' down rows in bf16 or f32: one more rounding.
+// output is the same sum either way. The experts' down rows in bf16 or f32: one more rounding. The
+// router from bf16 or f32 inputs: the f32 one is the reference's numerics.
 TEST(CudaBackend, PrefillLeversKeepTheLogits) {
   QWICK_REQUIRE_GPU();
   for (const char* dir : {"tiny/hf", "small/mlx4"}) {
@@ -205,14 +210,20 @@ TEST(CudaBackend, PrefillLeversKeepTheLogits) {
     const auto model = load_model(test::fixture(dir));
     const Fixture fx(std::string(dir).substr(0, std::string(dir).find('/')));
     RunSpec all{256};
-    RunSpec apart = all, f32_down = all;
+    RunSpec apart = all, f32_down = all, f32_router = all;
     apart.in_proj_stack = false;
     f32_down.down_bf16 = false;
+    f32_router.router_bf16 = false;
     const auto a = logits_of(*model, fx.tokens, all);
     EXPECT_EQ(a, logits_of(*model, fx.tokens, apart));
     const double err = rel_err(logits_of(*model, fx.tokens, f32_down), a);
     std::printf("[ fixture  ] %-18s f32 vs bf16 expert down rows: rel_err %.3e\n", dir, err);
-    EXPECT_LT(err, 1e-2);
+    EXPECT_LT(err, 3e-2);
+    const auto r = logits_of(*model, fx.tokens, f32_router);
+    const double router_err = rel_err(r, a);
+    std::printf("[ fixture  ] %-18s f32 vs bf16 router: rel_err %.3e, vs the CPU %.3e\n", dir, router_err,
+                rel_err(r, logits_of(*model, fx.tokens, RunSpec{256, -1, true, "cpu"})));
+    EXPECT_LT(router_err, 3e-2);
   }
 }
 
@@ -262,8 +273,9 @@ TEST(CudaBackend, PrefillThenDecodeEqualsOnePrefill) {
     RunSpec split;
     split.decode_from = 70;
     // Decode keeps f32 activations where prefill feeds bf16 to the tensor cores: the bf16 bounds of
-    // these fixtures (above), measured 7.7e-2 (tiny/hf) and 1.4e-2 (small) for the all-decode run.
-    const double tol = std::string(dir) == "tiny/hf" ? 1e-1 : 2e-2;
+    // these fixtures (above), measured 7.7e-2 (tiny/hf) and 1.4e-2 (small) for the all-decode run
+    // with an f32 prefill router, 2.1e-2 (small) with the bf16 one.
+    const double tol = std::string(dir) == "tiny/hf" ? 1e-1 : 3e-2;
     EXPECT_LT(rel_err(logits_of(*model, tokens, split), whole), tol);
     RunSpec all_decode;
     all_decode.decode_from = 0;

@@ -656,6 +656,15 @@ TEST(Gemm, Timing) {
     a.tile_rows = 128;  // the wgmma kernel's 256-slot tiles (its default here) against 128
     report("  128-slot tiles", 2.0 * n * rows * cols, a);
   }
+  {  // the router's bf16 rows with the shared gate's (cuda_weights.h: route16), 64-slot tiles by default
+    const int64_t rows = E + 1, ld = E + 4;
+    HostMatrix h = random_matrix(WeightFormat::kBF16, rows, H, 0, rng);
+    auto up = cuda::upload_matrix(h.w, nullptr);
+    cuda::GemmArgs a = cuda::gemm_args(up.m, dx.data(), H, n, dy.data(), ld);
+    report("router 257x2048 bf16", 2.0 * n * rows * H, a);
+    a.tile_rows = 128;
+    report("  128-slot tiles", 2.0 * n * rows * H, a);
+  }
 
   std::vector<HostMatrix> host;
   std::vector<cuda::UploadedMatrix> dev;

@@ -4,8 +4,9 @@
 //                     the context size, allocated up front (so a captured decode graph stays valid)
 //   DeltaNet layers   conv window [K-1, channels] and recurrent state [Hv, Dv, Dk], f32
 //
-// prefill runs in chunks: f32 residual stream, bf16 activations into the tensor-core GEMMs (the
-// router excepted: f32, so expert choices match decode), every MoE grouping step on the device. decode runs
+// prefill runs in chunks: f32 residual stream, bf16 activations into the tensor-core GEMMs (the router
+// too, as the CPU's prefill; lever router-bf16 off: f32), every MoE grouping step on the device, the
+// shared expert on a second stream beside the routed ones. decode runs
 // one row with f32 activations through the GEMV kernels; the whole step (embedding .. lm_head .. token
 // choice) is one CUDA graph, captured at the first decode and replayed: it reads the input token and the
 // position from device memory, and its last kernel writes the chosen token into that input slot and advances
@@ -63,14 +64,15 @@ struct PrefillScratch {
   int32_t* tokens;
   float* hidden;      // [n, H]
   uint16_t* normed;   // [n, H] bf16
-  float* normed_f32;  // [n, H]: the MoE input again, for the f32 router
+  float* normed_f32;  // [n, H]: the MoE input again, for the f32 router (null with the bf16 one)
   float* att_in;      // [n, q_proj_rows + 2·kv rows]: q (and gate) | k | v
   uint16_t *q16, *att16;
   float* dn_in;                         // [n, conv channels + Vt + 2·Hv]: qkv | z | b | a
   float *conv, *beta, *decay, *dn_out;  // DeltaNet
   float* dn_chunked;                    // deltanet_chunked_scan's workspace
   uint16_t* dn16;
-  float *router, *shared_logit;
+  float* router;        // [n, route_ld()]: logits, then (bf16 router) the shared gate's logit
+  float* shared_logit;  // [n]: the shared gate's logit (f32 router)
   int32_t* ids;
   float* weights;
   MoeGrouping grouping;
@@ -107,6 +109,9 @@ class CudaBackend final : public Backend {
     check(cudaSetDevice(0), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaEventCreateWithFlags(&token_ready_, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaMallocHost(&host_token_, sizeof(int32_t)), "cudaMallocHost");
     weights_ = upload_weights(model, stream_);
     allocate_state();
@@ -118,6 +123,9 @@ class CudaBackend final : public Backend {
     if (graph_) cudaGraphExecDestroy(graph_);
     if (host_token_) cudaFreeHost(host_token_);
     if (token_ready_) cudaEventDestroy(token_ready_);
+    if (fork_) cudaEventDestroy(fork_);
+    if (join_) cudaEventDestroy(join_);
+    if (side_) cudaStreamDestroy(side_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -250,6 +258,8 @@ class CudaBackend final : public Backend {
         row_parallel_conv_ = false;
       else if (name == "router")
         router_gemm_ = false;
+      else if (name == "router-bf16")
+        router_bf16_ = false;
       else if (name == "attention-wgmma" && attention_ == AttentionPrefillVariant::kWgmma)
         attention_ = AttentionPrefillVariant::kPipelined;
       else if (name == "attention-pipeline" && attention_ != AttentionPrefillVariant::kTransposed)
@@ -264,12 +274,15 @@ class CudaBackend final : public Backend {
         stack_in_proj_ = false;
       else if (name == "expert-tiles-144")
         wide_expert_tiles_ = false;
+      else if (name == "shared-overlap")
+        shared_overlap_ = false;
       else if (!name.empty())
         fail(
             "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, gemv-rows, "
             "carry-z, "
-            "wgmma, gemm, conv, router, attention-wgmma, attention-pipeline, attention, chunked-scan, "
-            "down-bf16, in-proj-stack, expert-tiles-144)",
+            "wgmma, gemm, conv, router-bf16, router, attention-wgmma, attention-pipeline, attention, "
+            "chunked-scan, "
+            "down-bf16, in-proj-stack, expert-tiles-144, shared-overlap)",
             name);
       begin = end + 1;
     }
@@ -411,7 +424,7 @@ class CudaBackend final : public Backend {
       p_.tokens = c.take<int32_t>(u(n));
       p_.hidden = c.take<float>(u(n * H));
       p_.normed = c.take<uint16_t>(u(n * H));
-      p_.normed_f32 = c.take<float>(u(n * H));
+      p_.normed_f32 = router_bf16_ ? nullptr : c.take<float>(u(n * H));
       p_.att_in = c.take<float>(u(n * (cfg_.q_proj_rows() + 2 * kvr)));
       p_.q16 = c.take<uint16_t>(u(n * nq_hd));
       p_.att16 = c.take<uint16_t>(u(n * nq_hd));
@@ -422,7 +435,7 @@ class CudaBackend final : public Backend {
       p_.dn_out = c.take<float>(u(n * Vt));
       p_.dn16 = c.take<uint16_t>(u(n * Vt));
       p_.dn_chunked = c.take<float>(u(deltanet_chunked_workspace_floats(n, cfg_.lin_n_v_heads)));
-      p_.router = c.take<float>(u(n * E));
+      p_.router = c.take<float>(u(n * route_ld()));
       p_.shared_logit = c.take<float>(u(n));
       p_.ids = c.take<int32_t>(u(pairs));
       p_.weights = c.take<float>(u(pairs));
@@ -564,11 +577,11 @@ class CudaBackend final : public Backend {
   }
 
   void gemm_one(const DeviceMatrix& m, const uint16_t* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
-                bool accumulate) {
+                bool accumulate, cudaStream_t s = nullptr) {
     GemmArgs a = gemm_args(m, x, ldx, n, y, ldy);
     a.accumulate = accumulate;
     a.kernel = gemm_kernel_;
-    gemm(a, stream_);
+    gemm(a, s ? s : stream_);
   }
 
   // ---- decode -----------------------------------------------------------------------------------
@@ -966,22 +979,43 @@ class CudaBackend final : public Backend {
   }
 
   void prefill_moe(const CudaMoeWeights& w, int64_t n) {
-    const int64_t H = cfg_.hidden_size, E = cfg_.n_experts, k = cfg_.n_experts_per_tok, I = cfg_.expert_dim,
-                  S = cfg_.shared_expert_dim;
-    // The router in f32 (gemm_f32; a gemv per row when switched off): expert choice is discrete, and
-    // bf16 inputs would flip near-tied choices away from what the decode path and the CPU pick.
-    timer_.mark("moe: router (f32)");
-    // gemm_f32 pays from 1K-row chunks on (measured against the gemv per row: +5.8 % prefill at
-    // 1K, +12 % at 2K, equal at 512).
-    if (router_gemm_ && n >= 1024) {
-      gemm_f32(w.router, p_.normed_f32, n, p_.router, stream_);
-      gemm_f32(w.shared_gate, p_.normed_f32, n, p_.shared_logit, stream_);
+    // The shared expert needs no routing: on the side stream it fills the SMs that the router and the
+    // grouping (narrow launches, one block for the counts) leave idle. Serial while stages are timed,
+    // so each stage keeps its own time.
+    const bool side = shared_overlap_ && !timer_.active();
+    if (side) {
+      check(cudaEventRecord(fork_, stream_), "prefill fork");
+      check(cudaStreamWaitEvent(side_, fork_), "prefill fork");
+    }
+    prefill_shared_expert(w, n, side ? side_ : stream_);
+    if (side) check(cudaEventRecord(join_, side_), "prefill join");
+    const int64_t H = cfg_.hidden_size, E = cfg_.n_experts, k = cfg_.n_experts_per_tok, I = cfg_.expert_dim;
+    // Router logits [n, E] at stride ld_route, the shared expert's gate logit at stride ld_logit.
+    int64_t ld_route = E, ld_logit = 1;
+    const float* shared_logit = p_.shared_logit;
+    if (router_bf16_) {
+      // From the bf16 MoE input like every other prefill product, and like the CPU backend's prefill
+      // (bf16 inputs and weights, f32 sums), so both pick alike; decode routes from f32 inputs. The
+      // weights were decoded to bf16 at upload, and the shared gate's logit is output column E.
+      timer_.mark("moe: router");
+      ld_route = ld_logit = route_ld();
+      shared_logit = p_.router + E;
+      gemm_one(w.route16, p_.normed, H, n, p_.router, ld_route, false);
     } else {
-      gemv_rows(w.router, p_.normed_f32, n, p_.router);
-      gemv_rows(w.shared_gate, p_.normed_f32, n, p_.shared_logit);
+      // The router in f32 (gemm_f32; a gemv per row when switched off).
+      timer_.mark("moe: router (f32)");
+      // gemm_f32 pays from 1K-row chunks on (measured against the gemv per row: +5.8 % prefill at
+      // 1K, +12 % at 2K, equal at 512).
+      if (router_gemm_ && n >= 1024) {
+        gemm_f32(w.router, p_.normed_f32, n, p_.router, stream_);
+        gemm_f32(w.shared_gate, p_.normed_f32, n, p_.shared_logit, stream_);
+      } else {
+        gemv_rows(w.router, p_.normed_f32, n, p_.router);
+        gemv_rows(w.shared_gate, p_.normed_f32, n, p_.shared_logit);
+      }
     }
     timer_.mark("moe: route, group");
-    moe_route(p_.router, E, n, static_cast<int>(E), static_cast<int>(k), p_.ids, p_.weights, stream_);
+    moe_route(p_.router, ld_route, n, static_cast<int>(E), static_cast<int>(k), p_.ids, p_.weights, stream_);
     p_.grouping.tile_rows = expert_tile_rows(n);
     moe_group(p_.ids, n, static_cast<int>(k), static_cast<int>(E), p_.grouping, stream_);
 
@@ -1033,44 +1067,57 @@ class CudaBackend final : public Backend {
     timer_.mark("moe: experts down");
     gemm(dn, stream_);
 
-    timer_.mark("moe: shared expert");
-    const bool shared_in_table = gemm_kernel_ != GemmKernel::kSimple &&
-                                 w.shared_gate_proj.format == w.expert_format &&
-                                 same_format(w.shared_gate_proj, w.shared_up) && S % 128 == 0;
-    const bool shared_fused = shared_in_table && fused_swiglu;
-    if (shared_in_table) {
-      // gate|up in one launch through the expert table (the shared expert is its entry E): twice the
-      // blocks of either alone.
-      GemmArgs su = gu;
-      su.table_base = static_cast<int>(3 * E);
-      su.part_rows = S;
-      su.N = 2 * S;
-      su.x_rows = nullptr;
-      su.y = p_.shared_gate_up;
-      su.ldy = 2 * S;
-      su.tiles = nullptr;
-      su.tile_count = nullptr;
-      su.tile_rows = 0;
-      su.n = n;
-      if (shared_fused) {
-        su.act = p_.shared_act;
-        su.ld_act = S;
-      }
-      gemm(su, stream_);
-    } else {
-      gemm_one(w.shared_gate_proj, p_.normed, H, n, p_.shared_gate_up, 2 * S, false);
-      gemm_one(w.shared_up, p_.normed, H, n, p_.shared_gate_up + S, 2 * S, false);
-    }
-    if (!shared_fused)
-      swiglu(p_.shared_gate_up, p_.shared_gate_up + S, 2 * S, n, S, p_.shared_act, S, true, stream_);
-    gemm_one(w.shared_down, p_.shared_act, S, n, p_.shared_down, H, false);
+    if (side) check(cudaStreamWaitEvent(stream_, join_), "prefill join");
     MoeCombine c{p_.hidden,           n,       H, static_cast<int>(k), p_.weights,
                  p_.grouping.slot_of, p_.down, H, p_.shared_down,      H,
-                 p_.shared_logit,     1};
+                 shared_logit,        ld_logit};
     c.down16 = down16;
     timer_.mark("moe: combine");
     moe_combine(c, stream_);
   }
+
+  // The shared expert of an n-row chunk into p_.shared_down, on stream `s`.
+  void prefill_shared_expert(const CudaMoeWeights& w, int64_t n, cudaStream_t s) {
+    const int64_t H = cfg_.hidden_size, E = cfg_.n_experts, S = cfg_.shared_expert_dim;
+    timer_.mark("moe: shared expert");
+    const bool in_table = gemm_kernel_ != GemmKernel::kSimple &&
+                          w.shared_gate_proj.format == w.expert_format &&
+                          same_format(w.shared_gate_proj, w.shared_up) && S % 128 == 0;
+    // SwiGLU in the wgmma kernel's epilogue, as for the routed experts.
+    const bool fused = in_table && gemm_kernel_ == GemmKernel::kWgmma;
+    if (in_table) {
+      // gate|up in one launch through the expert table (the shared expert is its entry E): twice the
+      // blocks of either alone.
+      GemmArgs su;
+      su.table = w.experts;
+      su.table_stride = 3;
+      su.table_base = static_cast<int>(3 * E);
+      su.part_rows = S;
+      su.format = w.expert_format;
+      su.K = H;
+      su.N = 2 * S;
+      su.x = p_.normed;
+      su.ldx = H;
+      su.y = p_.shared_gate_up;
+      su.ldy = 2 * S;
+      su.n = n;
+      su.kernel = gemm_kernel_;
+      if (fused) {
+        su.act = p_.shared_act;
+        su.ld_act = S;
+      }
+      gemm(su, s);
+    } else {
+      gemm_one(w.shared_gate_proj, p_.normed, H, n, p_.shared_gate_up, 2 * S, false, s);
+      gemm_one(w.shared_up, p_.normed, H, n, p_.shared_gate_up + S, 2 * S, false, s);
+    }
+    if (!fused) swiglu(p_.shared_gate_up, p_.shared_gate_up + S, 2 * S, n, S, p_.shared_act, S, true, s);
+    gemm_one(w.shared_down, p_.shared_act, S, n, p_.shared_down, H, false, s);
+  }
+
+  // Row stride of the prefill router's output: E logits and the shared gate's, rounded up to whole
+  // 16-byte pieces so the GEMM stores rows as such.
+  int64_t route_ld() const { return (int64_t{cfg_.n_experts} + 1 + 3) / 4 * 4; }
 
   // Logits of every row of the chunk just run, into host memory.
   void chunk_logits_all(int64_t n, float* out) {
@@ -1107,15 +1154,19 @@ class CudaBackend final : public Backend {
   int attention_splits_ = 1;                     // decode attention: context ranges per kv head
   GemmKernel gemm_kernel_ = GemmKernel::kWgmma;  // prefill
   bool row_parallel_conv_ = true;
-  bool router_gemm_ = true;
+  bool router_bf16_ = true;  // prefill router from bf16 inputs on the GEMM kernels; off: f32
+  bool router_gemm_ = true;  // the f32 router as gemm_f32 from 1K rows; off: a gemv per row
   bool chunked_scan_ = true;
   bool down_bf16_ = true;
   bool wide_expert_tiles_ = true;
+  bool shared_overlap_ = true;  // the prefill shared expert on side_
   bool stack_in_proj_ = true;
   AttentionPrefillVariant attention_ = AttentionPrefillVariant::kWgmma;
   bool q8_;  // BackendOptions::device_int8, unless exact
   StageTimer timer_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t side_ = nullptr;                  // prefill work beside stream_'s (shared_overlap_)
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;  // side_ starts after / stream_ waits for side_
   cudaEvent_t token_ready_ = nullptr;
   int32_t* host_token_ = nullptr;                  // pinned: the chosen token comes back here
   int32_t host_token_in_ = 0, host_position_ = 0;  // sources of small host-to-device copies

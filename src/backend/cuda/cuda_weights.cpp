@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "kernels/cuda_launch.h"
+#include "kernels/matmul/matmul.h"
 
 namespace qwick::cuda {
 namespace {
@@ -107,6 +108,32 @@ class Planner {
       row += w->rows;
     }
     return out;
+  }
+
+  // Matrices of one width decoded to f32 and rounded to bf16, as the CPU's bf16 products take them
+  // (matmul_bf16.h), their rows back to back in one bf16 matrix.
+  size_t decoded_bf16(const std::vector<const WeightMatrix*>& ws, const std::vector<std::string>& names) {
+    PlannedMatrix p;
+    p.m.cols = ws.front()->cols;
+    p.m.row_bytes = p.m.cols * 2;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const WeightMatrix& w = *ws[i];
+      if (w.cols != p.m.cols)
+        fail("{}: {} inputs where {} has {}", names[i], w.cols, names.front(), p.m.cols);
+      shape(w, names[i]);  // the checks
+      p.m.rows += w.rows;
+    }
+    p.data = add(static_cast<size_t>(p.m.rows * p.m.row_bytes), [ws](uint8_t* dst) {
+      auto* out = reinterpret_cast<uint16_t*>(dst);
+      std::vector<float> row(static_cast<size_t>(ws.front()->cols));
+      for (const WeightMatrix* w : ws)
+        for (int64_t r = 0; r < w->rows; ++r) {
+          dequantize_row(*w, r, row.data());
+          for (float v : row) *out++ = f32_to_bf16(v);
+        }
+    });
+    planned_.push_back(p);
+    return planned_.size() - 1;
   }
 
   // After the storage exists: the matrix with real device pointers.
@@ -246,7 +273,7 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
     std::vector<size_t> mats;  // attention: q k v o | deltanet: qkv z b a out
     size_t in_stack;           // attention: q|k|v | deltanet: qkv|z|b|a as one matrix, or kNone
     std::vector<size_t> vecs;  // attention: q_norm k_norm | deltanet: conv a_neg dt_bias norm
-    size_t router, shared_gate, sg, su, sd;
+    size_t router, shared_gate, route16, sg, su, sd;
     std::vector<size_t> experts;  // 3 per expert
   };
   std::vector<float> inv_freq;
@@ -284,6 +311,8 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
     const MoeWeights& moe = lw.moe;
     lp.router = plan.matrix(moe.router, at + "router");
     lp.shared_gate = plan.matrix(moe.shared_gate, at + "shared_expert_gate");
+    lp.route16 =
+        plan.decoded_bf16({&moe.router, &moe.shared_gate}, {at + "router", at + "shared_expert_gate"});
     lp.sg = plan.matrix(moe.shared.gate, at + "shared_expert.gate_proj");
     lp.su = plan.matrix(moe.shared.up, at + "shared_expert.up_proj");
     lp.sd = plan.matrix(moe.shared.down, at + "shared_expert.down_proj");
@@ -336,6 +365,7 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
     CudaMoeWeights& m = cl.moe;
     m.router = M(lp.router);
     m.shared_gate = M(lp.shared_gate);
+    m.route16 = M(lp.route16);
     m.shared_gate_proj = M(lp.sg);
     m.shared_up = M(lp.su);
     m.shared_down = M(lp.sd);

@@ -37,6 +37,7 @@ struct CudaDeltaNetWeights {
 struct CudaMoeWeights {
   DeviceMatrix router, shared_gate;  // [E, hidden], [1, hidden]
   const DeviceMatrix* route_table;   // device [2]: router, shared_gate
+  DeviceMatrix route16;              // [E + 1, hidden] bf16: the router's rows, then shared_gate's (prefill)
   DeviceMatrix shared_gate_proj, shared_up, shared_down;
   const DeviceMatrix* experts;  // device [(E + 1) · 3]: gate, up, down of expert e at 3e; shared at 3E
   WeightFormat expert_format;   // of every routed expert matrix

@@ -25,6 +25,7 @@ class StageTimer {
   void mark(const char* stage) {
     if (out_) record(stage);
   }
+  bool active() const { return out_ != nullptr; }
   // Waits for the stream and adds up the stages marked since begin().
   void end();
 

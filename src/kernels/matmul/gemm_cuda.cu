@@ -124,6 +124,8 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmArgs a) {
 
 void gemm(const GemmArgs& a, cudaStream_t stream) {
   if (a.y16 && a.accumulate) check(cudaErrorInvalidValue, "gemm: bf16 output does not accumulate");
+  // Each block's outputs come from one part (gemm_tile.cuh: gemm_block).
+  if (a.part_rows % kTile != 0) check(cudaErrorInvalidValue, "gemm: parts must be multiples of 64 rows");
   if (a.act) {
     if (a.kernel != GemmKernel::kWgmma)
       check(cudaErrorInvalidValue, "gemm: the SwiGLU epilogue is the wgmma kernel's");

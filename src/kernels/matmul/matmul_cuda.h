@@ -92,7 +92,8 @@ struct GemmArgs {
   DeviceMatrix single;                  // the matrix when `table` is null
   const DeviceMatrix* table = nullptr;  // entry = group * table_stride + table_base + part
   int table_stride = 1, table_base = 0;
-  int64_t part_rows = 0;  // output columns [p * part_rows, (p+1) * part_rows) come from part p; 0: one part
+  // Output columns [p * part_rows, (p+1) * part_rows) come from part p (a multiple of 64); 0: one part.
+  int64_t part_rows = 0;
   WeightFormat format = WeightFormat::kBF16;
   int64_t K = 0;                // inputs (columns of every matrix); a multiple of 64
   int64_t N = 0;                // output columns
