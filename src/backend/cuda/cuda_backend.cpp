@@ -848,16 +848,14 @@ class CudaBackend final : public Backend {
       const CudaLayerWeights& lw = weights_.layers[static_cast<size_t>(L)];
       const int slot = slot_[static_cast<size_t>(L)];
       timer_.mark("embed, norms");
-      if (L == 0)  // later layers' input norms run in the MoE combine before them
-        rms_norm_rows(p_.hidden, n, H, lw.input_norm, eps, nullptr, p_.normed, stream_);
+      rms_norm_rows(p_.hidden, n, H, lw.input_norm, eps, nullptr, p_.normed, stream_);
       if (const auto* att = std::get_if<CudaAttentionWeights>(&lw.mixer))
         prefill_attention(*att, slot, n);
       else
         prefill_deltanet(std::get<CudaDeltaNetWeights>(lw.mixer), slot, n);
       timer_.mark("embed, norms");
       rms_norm_rows(p_.hidden, n, H, lw.post_norm, eps, p_.normed_f32, p_.normed, stream_);
-      const bool last = L + 1 == cfg_.n_layers();
-      prefill_moe(lw.moe, n, last ? nullptr : weights_.layers[static_cast<size_t>(L) + 1].input_norm);
+      prefill_moe(lw.moe, n);
       if (observer) observe(observer, L + 1, n);
     }
     position_ += n;
@@ -980,8 +978,7 @@ class CudaBackend final : public Backend {
     return wide_expert_tiles_ && n * k >= 112 * E ? 144 : 128;
   }
 
-  // next_norm: the next layer's input norm, which the combine applies into p_.normed (null: none).
-  void prefill_moe(const CudaMoeWeights& w, int64_t n, const float* next_norm) {
+  void prefill_moe(const CudaMoeWeights& w, int64_t n) {
     // The shared expert needs no routing: on the side stream it fills the SMs that the router and the
     // grouping (narrow launches, one block for the counts) leave idle. Serial while stages are timed,
     // so each stage keeps its own time.
@@ -1075,7 +1072,6 @@ class CudaBackend final : public Backend {
                  p_.grouping.slot_of, p_.down, H, p_.shared_down,      H,
                  shared_logit,        ld_logit};
     c.down16 = down16;
-    if (next_norm) c.norm = next_norm, c.eps = cfg_.rms_norm_eps, c.normed = p_.normed;
     timer_.mark("moe: combine");
     moe_combine(c, stream_);
   }

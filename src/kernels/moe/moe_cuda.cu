@@ -133,9 +133,11 @@ __device__ __forceinline__ void add_scaled(float4& acc, float w, const float4& v
   acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
 }
 
-// Outputs h .. h + 3 of row t: the experts' rows read with vector loads, added into hidden; returns
-// the new values.
-__device__ __forceinline__ float4 combine4(const MoeCombine& c, int64_t t, int64_t h) {
+// A thread per four outputs of a row, the experts' rows read with vector loads.
+__global__ void combine_kernel(MoeCombine c) {
+  const int64_t t = blockIdx.y;
+  const int64_t h = 4 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
+  if (h >= c.H) return;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   add_scaled(acc, sigmoidf_(c.shared_logit[t * c.ld_logit]), load4(c.shared + t * c.ld_shared + h));
 #pragma unroll 8
@@ -148,36 +150,6 @@ __device__ __forceinline__ float4 combine4(const MoeCombine& c, int64_t t, int64
   float4 x = *out;
   add_scaled(x, 1.0f, acc);
   *out = x;
-  return x;
-}
-
-// A thread per four outputs of a row.
-__global__ void combine_kernel(MoeCombine c) {
-  const int64_t h = 4 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
-  if (h < c.H) combine4(c, blockIdx.y, h);
-}
-
-// A block of kNormThreads per row, which then RMS-normalises it into c.normed: the same threads take
-// the same values and sum their squares in the same order as norm_cuda.cu's rms_norm_kernel, so the
-// result is that kernel's to the bit. The second pass reads the row back from the cache.
-constexpr int kNormThreads = 256;
-__global__ void __launch_bounds__(kNormThreads) combine_norm_kernel(MoeCombine c) {
-  __shared__ float scratch[32];
-  const int64_t t = blockIdx.x;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < c.H / 4; i += kNormThreads) {
-    const float4 v = combine4(c, t, 4 * i);
-    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-  }
-  ss = block_sum(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(c.H) + c.eps);
-  const float4* row = reinterpret_cast<const float4*>(c.hidden + t * c.H);
-  const float4* w4 = reinterpret_cast<const float4*>(c.norm);
-  for (int64_t i = threadIdx.x; i < c.H / 4; i += kNormThreads) {
-    const float4 v = row[i], g = w4[i];
-    *reinterpret_cast<uint2*>(c.normed + t * c.H + 4 * i) = make_uint2(
-        pack_bf16x2(v.x * inv * g.x, v.y * inv * g.y), pack_bf16x2(v.z * inv * g.z, v.w * inv * g.w));
-  }
 }
 
 }  // namespace
@@ -226,13 +198,9 @@ void moe_combine(const MoeCombine& c, cudaStream_t stream) {
   if (c.n == 0) return;
   auto aligned = [](const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
   if (c.H % 4 != 0 || c.ld_down % 4 != 0 || c.ld_shared % 4 != 0 || !aligned(c.hidden, 16) ||
-      !aligned(c.shared, 16) || !(c.down16 ? aligned(c.down16, 8) : aligned(c.down, 16)) ||
-      (c.normed && (!aligned(c.norm, 16) || !aligned(c.normed, 8))))
+      !aligned(c.shared, 16) || !(c.down16 ? aligned(c.down16, 8) : aligned(c.down, 16)))
     check(cudaErrorInvalidValue, "moe_combine: rows must be multiples of 4 values, 16-byte aligned");
-  if (c.normed)
-    combine_norm_kernel<<<static_cast<unsigned>(c.n), kNormThreads, 0, stream>>>(c);
-  else
-    combine_kernel<<<dim3(blocks_for(c.H / 4, 256), static_cast<unsigned>(c.n)), 256, 0, stream>>>(c);
+  combine_kernel<<<dim3(blocks_for(c.H / 4, 256), static_cast<unsigned>(c.n)), 256, 0, stream>>>(c);
   check_launch("moe_combine");
 }
 

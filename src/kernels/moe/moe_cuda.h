@@ -102,11 +102,6 @@ struct MoeCombine {
   const float* shared_logit;  // [n] at stride ld_logit
   int64_t ld_logit = 1;
   const uint16_t* down16 = nullptr;  // bf16 [slots, ld_down], read instead of down when set
-  // When normed is set: the new hidden rows RMS-normalised with weights `norm` (1 + w) into normed
-  // [n, H] bf16, exactly as rms_norm_rows would (the next layer's input norm).
-  const float* norm = nullptr;
-  float eps = 0.0f;
-  uint16_t* normed = nullptr;
 };
 void moe_combine(const MoeCombine& c, cudaStream_t stream);
 
