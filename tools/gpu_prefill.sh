@@ -9,7 +9,7 @@
 set -uo pipefail
 bin=$(cd "$1" && pwd)
 lengths=${2:-512,4K,32K}
-levers=${3:-wgmma gemm router chunked-scan conv attention-wgmma attention-pipeline attention down-bf16 in-proj-stack expert-tiles-144}
+levers=${3:-wgmma gemm router-bf16 chunked-scan conv attention-wgmma attention-pipeline attention down-bf16 in-proj-stack expert-tiles-144 shared-overlap}
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

@@ -38,8 +38,9 @@ struct BackendOptions {
   // routing, SwiGLU, the expert combine and the DeltaNet prep as kernels of their own), "overlap" (no
   // programmatic dependent launch), "carry-z" (the DeltaNet z projection in the input projections' GEMV
   // instead of in the decode step's launch). Prefill: "gemm" (the simple GEMM kernel instead of the pipelined
-  // one), "conv" (DeltaNet conv walking the rows of a chunk in turn), "router" (a GEMV per row instead
-  // of one f32 GEMM for chunks of 4096 rows), "attention-wgmma" (flash prefill on mma.sync instead of
+  // one), "conv" (DeltaNet conv walking the rows of a chunk in turn), "router-bf16" (the router from f32
+  // inputs instead of bf16 ones), "router" (the f32 router as a GEMV per row instead of one f32 GEMM
+  // from 1K-row chunks), "attention-wgmma" (flash prefill on mma.sync instead of
   // warpgroup products, each head loading its own key tiles), "attention-pipeline" (the mma.sync flash
   // prefill loading each key tile, then computing it, instead of streaming the next one in meanwhile),
   // "attention" (the first flash prefill: also V transposed at load instead of read with
@@ -47,7 +48,8 @@ struct BackendOptions {
   // form from 64 rows on), "down-bf16" (the routed experts' down projection written in f32 instead of
   // bf16 for the combine), "in-proj-stack" (the mixer's input projections as one GEMM per matrix
   // instead of one over their stacked rows), "expert-tiles-144" (expert groups in tiles of 128 slots
-  // instead of 144).
+  // instead of 144), "shared-overlap" (the shared expert on the main stream instead of beside the routed
+  // experts).
   std::string cuda_off;
 };
 

@@ -26,8 +26,8 @@ void EngineOptions::add_to(ArgParser& p) {
   p.option({"--cuda-off"}, "LIST",
            "CUDA optimizations to switch off for ablations, comma separated: graph, fusion, overlap, "
            "decode-attention, gemv-rows, carry-z (decode); "
-           "wgmma, gemm, conv, router, attention-wgmma, attention-pipeline, attention, chunked-scan, "
-           "down-bf16, in-proj-stack, expert-tiles-144 (prefill)",
+           "wgmma, gemm, conv, router-bf16, router, attention-wgmma, attention-pipeline, attention, "
+           "chunked-scan, down-bf16, in-proj-stack, expert-tiles-144, shared-overlap (prefill)",
            &cuda_off, "QWICK_CUDA_OFF");
   p.flag({"--cuda-int8"},
          "CUDA decode: int8 activations into the 4-bit matrix-vector products (faster lm_head)", &cuda_int8,
