@@ -1,6 +1,6 @@
-// The f32 GEMM for the prefill router (matmul_cuda.h: gemm_f32): Y[t, o] = Σ_k X[t, k] · W[o, k] with
-// f32 activations and W dequantized exactly to f32. The router's outputs pick experts, a discrete
-// choice, so they must not see bf16 rounding (see cuda_backend.cpp).
+// The f32 GEMM for the prefill router with the `router-bf16` lever off (matmul_cuda.h: gemm_f32):
+// Y[t, o] = Σ_k X[t, k] · W[o, k] with f32 activations and W dequantized exactly to f32, the reference
+// numerics for a discrete choice (by default the router runs from bf16 inputs, as the CPU's prefill).
 //
 // A block computes 64 rows × 64 outputs with 8 warps (16 rows × 32 outputs each) over 64-wide k
 // slices in shared memory, on the tensor cores with the operands split three ways (tf32_mma.cuh:

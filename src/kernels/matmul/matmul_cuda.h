@@ -144,7 +144,7 @@ void gemm_wgmma(const GemmArgs& args, cudaStream_t stream);
 void gemm_pipelined(const GemmArgs& args, cudaStream_t stream);
 
 // y[t] = W·x[t] for n f32 rows (x [n, W.cols], y [n, W.rows]) with f32 activations and exactly
-// dequantized weights (gemm_f32_cuda.cu): the prefill router, whose outputs choose experts.
+// dequantized weights (gemm_f32_cuda.cu): the prefill router in f32 (lever router-bf16 off).
 void gemm_f32(const DeviceMatrix& m, const float* x, int64_t n, float* y, cudaStream_t stream);
 
 }  // namespace qwick::cuda
