@@ -220,10 +220,12 @@ TEST(CudaBackend, PrefillLeversKeepTheLogits) {
     std::printf("[ fixture  ] %-18s f32 vs bf16 expert down rows: rel_err %.3e\n", dir, err);
     EXPECT_LT(err, 3e-2);
     const auto r = logits_of(*model, fx.tokens, f32_router);
-    const double router_err = rel_err(r, a);
-    std::printf("[ fixture  ] %-18s f32 vs bf16 router: rel_err %.3e, vs the CPU %.3e\n", dir, router_err,
-                rel_err(r, logits_of(*model, fx.tokens, RunSpec{256, -1, true, "cpu"})));
+    const double router_err = rel_err(r, a),
+                 cpu_err = rel_err(r, logits_of(*model, fx.tokens, {256, -1, true, "cpu"}));
+    std::printf("[ fixture  ] %-18s f32 vs bf16 router: rel_err %.3e; f32 router vs the CPU %.3e\n", dir,
+                router_err, cpu_err);
     EXPECT_LT(router_err, 3e-2);
+    EXPECT_LT(cpu_err, std::string(dir) == "tiny/hf" ? 8e-2 : 5e-2);  // FixturesInEveryLayout's bounds
   }
 }
 

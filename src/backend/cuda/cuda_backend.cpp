@@ -279,10 +279,8 @@ class CudaBackend final : public Backend {
       else if (!name.empty())
         fail(
             "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, gemv-rows, "
-            "carry-z, "
-            "wgmma, gemm, conv, router-bf16, router, attention-wgmma, attention-pipeline, attention, "
-            "chunked-scan, "
-            "down-bf16, in-proj-stack, expert-tiles-144, shared-overlap)",
+            "carry-z, wgmma, gemm, conv, router-bf16, router, attention-wgmma, attention-pipeline, "
+            "attention, chunked-scan, down-bf16, in-proj-stack, expert-tiles-144, shared-overlap)",
             name);
       begin = end + 1;
     }
