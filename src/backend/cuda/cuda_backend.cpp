@@ -574,6 +574,7 @@ class CudaBackend final : public Backend {
     return ld;
   }
 
+  // On stream `s`, or stream_ when s is null (not the legacy default stream).
   void gemm_one(const DeviceMatrix& m, const uint16_t* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
                 bool accumulate, cudaStream_t s = nullptr) {
     GemmArgs a = gemm_args(m, x, ldx, n, y, ldy);
@@ -1017,24 +1018,12 @@ class CudaBackend final : public Backend {
     p_.grouping.tile_rows = expert_tile_rows(n);
     moe_group(p_.ids, n, static_cast<int>(k), static_cast<int>(E), p_.grouping, stream_);
 
-    GemmArgs gu;
-    gu.table = w.experts;
-    gu.table_stride = 3;
-    gu.table_base = 0;
-    gu.part_rows = I;
-    gu.format = w.expert_format;
-    gu.K = H;
-    gu.N = 2 * I;
-    gu.x = p_.normed;
-    gu.ldx = H;
+    GemmArgs gu = expert_gate_up(w, 0, I, p_.gate_up);
     gu.x_rows = p_.grouping.slot_row;
-    gu.y = p_.gate_up;
-    gu.ldy = 2 * I;
     gu.tiles = p_.grouping.tiles;
     gu.tile_count = p_.grouping.tile_count;
     gu.max_tiles = moe_max_tiles(n * k, static_cast<int>(E));
     gu.tile_rows = p_.grouping.tile_rows;
-    gu.kernel = gemm_kernel_;
     // The wgmma kernel applies SwiGLU in its epilogue (GemmArgs::act); the others leave gate|up in f32
     // for the swiglu kernel.
     const bool fused_swiglu = gemm_kernel_ == GemmKernel::kWgmma && I % 64 == 0;
@@ -1074,6 +1063,25 @@ class CudaBackend final : public Backend {
     moe_combine(c, stream_);
   }
 
+  // gate|up of the expert table's entry at table_base (gate, then up: parts of `rows` each) from the MoE
+  // input, into y [*, 2·rows]; the caller adds the slots (n, or a tile list).
+  GemmArgs expert_gate_up(const CudaMoeWeights& w, int table_base, int64_t rows, float* y) const {
+    GemmArgs a;
+    a.table = w.experts;
+    a.table_stride = 3;
+    a.table_base = table_base;
+    a.part_rows = rows;
+    a.format = w.expert_format;
+    a.K = cfg_.hidden_size;
+    a.N = 2 * rows;
+    a.x = p_.normed;
+    a.ldx = cfg_.hidden_size;
+    a.y = y;
+    a.ldy = 2 * rows;
+    a.kernel = gemm_kernel_;
+    return a;
+  }
+
   // The shared expert of an n-row chunk into p_.shared_down, on stream `s`.
   void prefill_shared_expert(const CudaMoeWeights& w, int64_t n, cudaStream_t s) {
     const int64_t H = cfg_.hidden_size, E = cfg_.n_experts, S = cfg_.shared_expert_dim;
@@ -1086,20 +1094,8 @@ class CudaBackend final : public Backend {
     if (in_table) {
       // gate|up in one launch through the expert table (the shared expert is its entry E): twice the
       // blocks of either alone.
-      GemmArgs su;
-      su.table = w.experts;
-      su.table_stride = 3;
-      su.table_base = static_cast<int>(3 * E);
-      su.part_rows = S;
-      su.format = w.expert_format;
-      su.K = H;
-      su.N = 2 * S;
-      su.x = p_.normed;
-      su.ldx = H;
-      su.y = p_.shared_gate_up;
-      su.ldy = 2 * S;
+      GemmArgs su = expert_gate_up(w, static_cast<int>(3 * E), S, p_.shared_gate_up);
       su.n = n;
-      su.kernel = gemm_kernel_;
       if (fused) {
         su.act = p_.shared_act;
         su.ld_act = S;
