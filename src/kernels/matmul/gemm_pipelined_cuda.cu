@@ -99,11 +99,12 @@ __global__ void __launch_bounds__(Layout<F, BM>::kThreads, BM == 128 ? 1 : 2)
     const int64_t row = r0 + i / kWChunks;
     w_src[j] = row < m.rows ? m.data + row * m.row_bytes + (i % kWChunks) * 16 : nullptr;
   }
-  GroupWords words[kSBPerThread > 0 ? kSBPerThread : 1];
+  GroupWords<kSBPerThread> words;
+  if constexpr (kSBPerThread > 0) {
+    int64_t rows[kSBPerThread];
 #pragma unroll
-  for (int j = 0; j < kSBPerThread; ++j) {
-    const int i = threadIdx.x + j * kThreads;
-    words[j].init(m, r0 + (i >> 2), i);
+    for (int j = 0; j < kSBPerThread; ++j) rows[j] = r0 + ((threadIdx.x + j * kThreads) >> 2);
+    words.init(m, rows, threadIdx.x);
   }
 
   auto load_stage = [&](int kt, int stage) {
@@ -126,7 +127,7 @@ __global__ void __launch_bounds__(Layout<F, BM>::kThreads, BM == 128 ? 1 : 2)
     if constexpr (F != WeightFormat::kBF16) {
 #pragma unroll
       for (int j = 0; j < kSBPerThread; ++j)
-        words[j].load(smem_addr(sb + threadIdx.x + j * kThreads), k0 / m.group_size);
+        words.load(j, smem_addr(sb + threadIdx.x + j * kThreads), k0 / m.group_size);
     }
   };
 

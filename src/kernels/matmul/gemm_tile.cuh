@@ -83,22 +83,27 @@ __device__ __forceinline__ const uint16_t* x_row(const GemmArgs& a, int64_t slot
 // Quantization-group words of a 64-wide k slice. The slice touches at most two groups of a row
 // (groups are multiples of 32 wide); 4-byte copies need 4-byte alignment, so the stage keeps, per W
 // row r, sb[4r], sb[4r+1] = the scales of the even element at or before the slice's first group and
-// of the next two, sb[4r+2], sb[4r+3] = the biases likewise. A thread copies word i % 4 of row i / 4.
+// of the next two, sb[4r+2], sb[4r+3] = the biases likewise. A thread copies word i % 4 of N rows of
+// one matrix (rows i / 4 + j · threads / 4 of a block's W rows), so they share the source and bound:
+// three registers fewer than a source and bound per row, which kept the 144-slot wgmma kernel from
+// spilling inside its main loop.
+template <int N>
 struct GroupWords {
   const uint16_t* src = nullptr;  // scales or biases, from the element of word i % 4's pair
-  int first = -1;                 // the row's first group element; -1: no such row
+  int first[N > 0 ? N : 1];       // each row's first group element; -1: no such row
   int end = 0;                    // copies from elements at or past this would leave the array
 
-  __device__ __forceinline__ void init(const DeviceMatrix& m, int64_t row, int i) {
+  __device__ __forceinline__ void init(const DeviceMatrix& m, const int64_t (&rows)[N], int i) {
     const int64_t groups = m.cols / m.group_size;
     src = (i & 2 ? m.biases : m.scales) + 2 * (i & 1);
-    first = row < m.rows ? static_cast<int>(row * groups) : -1;
+#pragma unroll
+    for (int j = 0; j < N; ++j) first[j] = rows[j] < m.rows ? static_cast<int>(rows[j] * groups) : -1;
     end = static_cast<int>(m.rows * groups) - 2 * (i & 1);
   }
-  // The word for the slice whose first group is q0, to shared address `dst`.
-  __device__ __forceinline__ void load(uint32_t dst, int q0) const {
-    const int e = (first + q0) & ~1;
-    const bool valid = first >= 0 && e < end;
+  // Row j's word for the slice whose first group is q0, to shared address `dst`.
+  __device__ __forceinline__ void load(int j, uint32_t dst, int q0) const {
+    const int e = (first[j] + q0) & ~1;
+    const bool valid = first[j] >= 0 && e < end;
     cp_async4_shared(dst, src + (valid ? e : 0), valid);
   }
 };

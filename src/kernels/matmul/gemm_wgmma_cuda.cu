@@ -224,11 +224,12 @@ __global__ void __launch_bounds__(kThreads, Layout<F, BT>::kBlocksPerSM) gemm_wg
     const DeviceMatrix mr = tile_matrix(a, blk, r);
     w_src[j] = mr.data + min(tile_row(a, blk, r), mr.rows - 1) * mr.row_bytes + c * 16;
   }
-  GroupWords words[kSBPerThread > 0 ? kSBPerThread : 1];
+  GroupWords<kSBPerThread> words;
+  if constexpr (kSBPerThread > 0) {  // rows 64 apart: one matrix (gate or up, or one part)
+    int64_t rows[kSBPerThread];
 #pragma unroll
-  for (int j = 0; j < kSBPerThread; ++j) {
-    const int i = threadIdx.x + j * kThreads;
-    words[j].init(tile_matrix(a, blk, i >> 2), tile_row(a, blk, i >> 2), i);
+    for (int j = 0; j < kSBPerThread; ++j) rows[j] = tile_row(a, blk, (threadIdx.x + j * kThreads) >> 2);
+    words.init(tile_matrix(a, blk, threadIdx.x >> 2), rows, threadIdx.x);
   }
 
   int load_slice = 0, load_stage = 0;
@@ -249,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, Layout<F, BT>::kBlocksPerSM) gemm_wg
       const int q0 = div_magic(load_slice * kBK, magic);
 #pragma unroll
       for (int j = 0; j < kSBPerThread; ++j)
-        words[j].load(raw + L::kRawBytes + (threadIdx.x + j * kThreads) * 4, q0);
+        words.load(j, raw + L::kRawBytes + (threadIdx.x + j * kThreads) * 4, q0);
     }
     ++load_slice;
     load_stage = load_stage + 1 == S ? 0 : load_stage + 1;
