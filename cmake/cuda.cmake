@@ -13,7 +13,8 @@ set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 set(CMAKE_CUDA_FLAGS_RELEASE "-O3 -DNDEBUG")
 set(CMAKE_CUDA_FLAGS_RELWITHDEBINFO "-O2 -g -lineinfo -DNDEBUG")
 
-# qwick_cuda_target(target): the flags every CUDA translation unit of ours is built with.
+# qwick_cuda_target(target): the flags every CUDA translation unit of ours is built with
+# (tools/check_wgmma.sh compiles the wgmma kernels again with the same ones).
 function(qwick_cuda_target target)
   set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES OFF CUDA_SEPARABLE_COMPILATION OFF)
   target_compile_options(${target} PRIVATE
