@@ -93,7 +93,7 @@ struct GroupWords {
   int first[N > 0 ? N : 1];       // each row's first group element; -1: no such row
   int end = 0;                    // copies from elements at or past this would leave the array
 
-  __device__ __forceinline__ void init(const DeviceMatrix& m, const int64_t (&rows)[N], int i) {
+  __device__ __forceinline__ void init(const DeviceMatrix& m, const int64_t (&rows)[N > 0 ? N : 1], int i) {
     const int64_t groups = m.cols / m.group_size;
     src = (i & 2 ? m.biases : m.scales) + 2 * (i & 1);
 #pragma unroll
