@@ -13,12 +13,15 @@ set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 set(CMAKE_CUDA_FLAGS_RELEASE "-O3 -DNDEBUG")
 set(CMAKE_CUDA_FLAGS_RELWITHDEBINFO "-O2 -g -lineinfo -DNDEBUG")
 
-# qwick_cuda_target(target): the flags every CUDA translation unit of ours is built with
-# (tools/check_wgmma.sh compiles the wgmma kernels again with the same ones).
+# The target machine code and language flags of every CUDA translation unit of ours (also given to
+# tools/check_wgmma.sh, which compiles the wgmma kernels again to read ptxas's report).
+set(QWICK_CUDA_CODE_FLAGS -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr)
+
+# qwick_cuda_target(target): the flags every CUDA translation unit of ours is built with.
 function(qwick_cuda_target target)
   set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES OFF CUDA_SEPARABLE_COMPILATION OFF)
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr
+    $<$<COMPILE_LANGUAGE:CUDA>:${QWICK_CUDA_CODE_FLAGS}
                                -Xcompiler=-Wall,-Wextra
                                $<$<BOOL:${QWICK_WERROR}>:-Werror=all-warnings -Xcompiler=-Werror>>)
 endfunction()

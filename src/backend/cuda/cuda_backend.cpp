@@ -72,7 +72,7 @@ struct PrefillScratch {
   float* dn_chunked;                    // deltanet_chunked_scan's workspace
   uint16_t* dn16;
   float* router;        // [n, route_ld()]: logits, then (bf16 router) the shared gate's logit
-  float* shared_logit;  // [n]: the shared gate's logit (f32 router)
+  float* shared_logit;  // [n]: the shared gate's logit (f32 router; null with the bf16 one)
   int32_t* ids;
   float* weights;
   MoeGrouping grouping;
@@ -434,7 +434,7 @@ class CudaBackend final : public Backend {
       p_.dn16 = c.take<uint16_t>(u(n * Vt));
       p_.dn_chunked = c.take<float>(u(deltanet_chunked_workspace_floats(n, cfg_.lin_n_v_heads)));
       p_.router = c.take<float>(u(n * route_ld()));
-      p_.shared_logit = c.take<float>(u(n));
+      p_.shared_logit = router_bf16_ ? nullptr : c.take<float>(u(n));
       p_.ids = c.take<int32_t>(u(pairs));
       p_.weights = c.take<float>(u(pairs));
       p_.grouping.offsets = c.take<int32_t>(u(E + 1));
