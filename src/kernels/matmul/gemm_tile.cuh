@@ -80,6 +80,16 @@ __device__ __forceinline__ const uint16_t* x_row(const GemmArgs& a, int64_t slot
   return a.x + (a.x_rows ? a.x_rows[slot] : slot) * a.ldx;
 }
 
+// base + kScale · i for a 32-bit unsigned index, in one wide multiply-add: a fresh register pair for a
+// copy's source, where a 64-bit pointer kept and advanced per copy costs two adds and ties the copy to
+// its registers.
+template <int kScale>
+__device__ __forceinline__ const void* wide_address(const void* base, uint32_t i) {
+  uint64_t r;
+  asm("mad.wide.u32 %0, %1, %2, %3;\n" : "=l"(r) : "r"(i), "n"(kScale), "l"(reinterpret_cast<uint64_t>(base)));
+  return reinterpret_cast<const void*>(r);
+}
+
 // Quantization-group words of a 64-wide k slice. The slice touches at most two groups of a row
 // (groups are multiples of 32 wide); 4-byte copies need 4-byte alignment, so the stage keeps, per W
 // row r, sb[4r], sb[4r+1] = the scales of the even element at or before the slice's first group and
@@ -89,22 +99,25 @@ __device__ __forceinline__ const uint16_t* x_row(const GemmArgs& a, int64_t slot
 // spilling inside its main loop.
 template <int N>
 struct GroupWords {
+  // A row past the matrix: its first element lies past every array (first + q0 cannot overflow: a
+  // row has fewer than 2^16 groups).
+  static constexpr int kNoRow = 0x7fff0000;
   const uint16_t* src = nullptr;  // scales or biases, from the element of word i % 4's pair
-  int first[N > 0 ? N : 1];       // each row's first group element; -1: no such row
+  int first[N > 0 ? N : 1];       // each row's first group element, or kNoRow
   int end = 0;                    // copies from elements at or past this would leave the array
 
   __device__ __forceinline__ void init(const DeviceMatrix& m, const int64_t (&rows)[N > 0 ? N : 1], int i) {
     const int64_t groups = m.cols / m.group_size;
     src = (i & 2 ? m.biases : m.scales) + 2 * (i & 1);
 #pragma unroll
-    for (int j = 0; j < N; ++j) first[j] = rows[j] < m.rows ? static_cast<int>(rows[j] * groups) : -1;
+    for (int j = 0; j < N; ++j) first[j] = rows[j] < m.rows ? static_cast<int>(rows[j] * groups) : kNoRow;
     end = static_cast<int>(m.rows * groups) - 2 * (i & 1);
   }
   // Row j's word for the slice whose first group is q0, to shared address `dst`.
   __device__ __forceinline__ void load(int j, uint32_t dst, int q0) const {
     const int e = (first[j] + q0) & ~1;
-    const bool valid = first[j] >= 0 && e < end;
-    cp_async4_shared(dst, src + (valid ? e : 0), valid);
+    const bool valid = e < end;
+    cp_async4_shared(dst, wide_address<2>(src, valid ? static_cast<uint32_t>(e) : 0u), valid);
   }
 };
 

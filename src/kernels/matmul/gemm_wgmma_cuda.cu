@@ -74,16 +74,6 @@ __device__ __forceinline__ int div_magic(int n, uint32_t magic) {
   return static_cast<int>(__umulhi(static_cast<uint32_t>(n), magic));
 }
 
-// x + 8 · chunk (a 16-byte chunk index) in one wide multiply-add, into a fresh register pair. The X
-// sources had been 64-bit pointers advanced in place: ptxas kept most in unpaired registers and
-// moved each into one pair before its cp.async, so every copy waited for the one before to read
-// that pair (long-scoreboard stalls), and the advances took two instructions a source.
-__device__ __forceinline__ const void* chunk_address(const uint16_t* x, uint32_t chunk) {
-  uint64_t r;
-  asm("mad.wide.u32 %0, %1, 16, %2;\n" : "=l"(r) : "r"(chunk), "l"(reinterpret_cast<uint64_t>(x)));
-  return reinterpret_cast<const void*>(r);
-}
-
 // A thread's A fragment of k16 step kk (tile rows r0 and r0 + 8, warpgroup_mma.cuh's layout) from the
 // slice's raw rows `row0`, `row1` in shared memory; s2[i], b2[i] are row i's scale and bias pairs for
 // this step (unused for bf16).
@@ -220,8 +210,10 @@ __global__ void __launch_bounds__(kThreads, Layout<F, BT>::kBlocksPerSM) gemm_wg
   // copied), so their swizzle is the same for every j.
   constexpr int kXPerThread = (BT * 8 + kThreads - 1) / kThreads, kWPerThread = kBW * R::kChunks / kThreads;
   constexpr int kSBPerThread = F == WeightFormat::kBF16 ? 0 : kBW * 4 / kThreads;
-  // Its X sources are 16-byte chunk indices from x_slice, the slice's column 0 of row 0 (see
-  // chunk_address).
+  // Its X sources are 16-byte chunk indices from x_slice, the slice's column 0 of row 0. (As 64-bit
+  // pointers advanced in place, ptxas kept most in unpaired registers and moved each into one pair
+  // before its cp.async, so every copy waited for the one before to read that pair, and the advances
+  // took two instructions a source.)
   uint32_t x_chunk[kXPerThread];
 #pragma unroll
   for (int j = 0; j < kXPerThread; ++j) {
@@ -251,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, Layout<F, BT>::kBlocksPerSM) gemm_wg
 #pragma unroll
     for (int j = 0; j < kXPerThread; ++j) {
       if (j * (kThreads / 8) + (threadIdx.x >> 3) < width)
-        cp_async16_shared(base + x_dst + j * (kThreads / 8) * 128, chunk_address(x_slice, x_chunk[j]), true);
+        cp_async16_shared(base + x_dst + j * (kThreads / 8) * 128, wide_address<16>(x_slice, x_chunk[j]), true);
     }
     x_slice += kBK;
 #pragma unroll
@@ -404,7 +396,7 @@ void gemm_wgmma(const GemmArgs& a, cudaStream_t stream) {
   // other SM a block: at 4096 rows the router (N = 257) 65 → 54 µs, the shared expert's 512-row
   // gate_proj 45 → 33 µs.
   const RowTiling t = row_tiling(a, multiprocessor_count() / 2, 256, multiprocessor_count());
-  // 16-byte copies of X rows, addressed by 32-bit chunk indices (chunk_address): up to 64 GB of x.
+  // 16-byte copies of X rows, addressed by 32-bit chunk indices: up to 64 GB of x.
   if (a.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(a.x) % 16 != 0)
     check(cudaErrorInvalidValue, "gemm_wgmma: X rows must start at 16-byte boundaries");
   if (a.act && (a.part_rows <= 0 || a.part_rows % 64 != 0 || a.N != 2 * a.part_rows || !a.table))
