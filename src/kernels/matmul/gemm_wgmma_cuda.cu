@@ -248,8 +248,8 @@ __global__ void __launch_bounds__(kThreads, Layout<F, BT>::kBlocksPerSM) gemm_wg
     x_slice += kBK;
 #pragma unroll
     for (int j = 0; j < kWPerThread; ++j) {
-      cp_async16_shared(raw + (threadIdx.x + j * kThreads) * 16, w_src[j], true);
-      w_src[j] += R::kRowBytes;
+      cp_async16_shared(raw + (threadIdx.x + j * kThreads) * 16,
+                        wide_address<R::kRowBytes>(w_src[j], static_cast<uint32_t>(load_slice)), true);
     }
     if constexpr (F != WeightFormat::kBF16) {
       const int q0 = div_magic(load_slice * kBK, magic);
