@@ -86,7 +86,9 @@ __device__ __forceinline__ const uint16_t* x_row(const GemmArgs& a, int64_t slot
 template <int kScale>
 __device__ __forceinline__ const void* wide_address(const void* base, uint32_t i) {
   uint64_t r;
-  asm("mad.wide.u32 %0, %1, %2, %3;\n" : "=l"(r) : "r"(i), "n"(kScale), "l"(reinterpret_cast<uint64_t>(base)));
+  asm("mad.wide.u32 %0, %1, %2, %3;\n"
+      : "=l"(r)
+      : "r"(i), "n"(kScale), "l"(reinterpret_cast<uint64_t>(base)));
   return reinterpret_cast<const void*>(r);
 }
 

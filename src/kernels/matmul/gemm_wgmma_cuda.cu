@@ -243,7 +243,8 @@ __global__ void __launch_bounds__(kThreads, Layout<F, BT>::kBlocksPerSM) gemm_wg
 #pragma unroll
     for (int j = 0; j < kXPerThread; ++j) {
       if (j * (kThreads / 8) + (threadIdx.x >> 3) < width)
-        cp_async16_shared(base + x_dst + j * (kThreads / 8) * 128, wide_address<16>(x_slice, x_chunk[j]), true);
+        cp_async16_shared(base + x_dst + j * (kThreads / 8) * 128, wide_address<16>(x_slice, x_chunk[j]),
+                          true);
     }
     x_slice += kBK;
 #pragma unroll
