@@ -76,8 +76,11 @@ inline RowTiling row_tiling(const GemmArgs& a, int64_t min_blocks, int max_rows 
 }
 
 // Row `slot` of the X operand at k = 0, for a valid slot (through x_rows for expert groups).
+__device__ __forceinline__ int64_t x_row_start(const GemmArgs& a, int64_t slot) {  // in elements from x
+  return (a.x_rows ? a.x_rows[slot] : slot) * a.ldx;
+}
 __device__ __forceinline__ const uint16_t* x_row(const GemmArgs& a, int64_t slot) {
-  return a.x + (a.x_rows ? a.x_rows[slot] : slot) * a.ldx;
+  return a.x + x_row_start(a, slot);
 }
 
 // base + kScale · i for a 32-bit unsigned index, in one wide multiply-add: a fresh register pair for a

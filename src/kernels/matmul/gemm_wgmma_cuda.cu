@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(kThreads, Layout<F, BT>::kBlocksPerSM) gemm_wg
 #pragma unroll
   for (int j = 0; j < kXPerThread; ++j) {
     const int i = threadIdx.x + j * kThreads;
-    x_chunk[j] = static_cast<uint32_t>((x_row(a, min(blk.s0 + (i >> 3), blk.s1 - 1)) - a.x) / 8 + (i & 7));
+    x_chunk[j] = static_cast<uint32_t>(x_row_start(a, min(blk.s0 + (i >> 3), blk.s1 - 1)) / 8 + (i & 7));
   }
   const uint16_t* x_slice = a.x;
   const uint32_t x_dst = swizzle128(threadIdx.x >> 3, threadIdx.x & 7);
