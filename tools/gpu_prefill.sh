@@ -3,36 +3,18 @@
 # `qwick bench` at a few lengths with the per-stage split, once with every prefill lever on and once
 # per lever switched off (--cuda-off), for the ablation table in docs/performance.md.
 #   tools/gpu_prefill.sh BIN_DIR [LENGTHS] [LEVERS]
-# BIN_DIR holds qwick, cuda_kernels_test and optionally cuda_backend_test (built here or carried; a lib/ beside them is put on
-# LD_LIBRARY_PATH). LENGTHS default 512,4K,32K; LEVERS (space separated) default every prefill lever.
+# BIN_DIR holds qwick and optionally cuda_kernels_test and cuda_backend_test (built here or carried; a
+# lib/ beside them is put on LD_LIBRARY_PATH). LENGTHS default 512,4K,32K; LEVERS (space separated)
+# default every prefill lever.
 # Logs go to $OUT (default gpu-out); a short summary is printed last.
 set -uo pipefail
-bin=$(cd "$1" && pwd)
 lengths=${2:-512,4K,32K}
 levers=${3:-wgmma gemm router-bf16 chunked-scan conv attention-wgmma attention-pipeline attention down-bf16 in-proj-stack expert-tiles-144 shared-overlap}
-out=${OUT:-$PWD/gpu-out}
-mkdir -p "$out"
-export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export QWICK_HOME=/tmp/qwick-home
-stamp() { date +%s; }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv,noheader
+source "$(dirname "$0")/gpu_env.sh" "$1"
 
-t=$(stamp)
-"$bin/cuda_kernels_test" >"$out/kernels_test.log" 2>&1
-echo "cuda_kernels_test rc=$? ($(($(stamp) - t)) s): $(grep -E '^\[  (PASSED|FAILED)' "$out/kernels_test.log" | tr '\n' ' ')"
-grep -E "^\[  FAILED|Failure|error:|Expected|Which is" "$out/kernels_test.log" | head -20
-
-if [[ -x "$bin/cuda_backend_test" ]]; then
-  t=$(stamp)
-  "$bin/cuda_backend_test" >"$out/backend_test.log" 2>&1
-  echo "cuda_backend_test rc=$? ($(($(stamp) - t)) s): $(grep -E '^\[  (PASSED|FAILED)' "$out/backend_test.log" | tr '\n' ' ')"
-  grep -E "^\[  FAILED|Failure|Expected|Which is|fixture" "$out/backend_test.log" | head -20
-fi
-
-model=/tmp/full
-t=$(stamp)
-"$bin/qwick" make-model --preset qwen3.6-35b-a3b "$model" >"$out/make_model.log" 2>&1
-echo "make-model rc=$? ($(($(stamp) - t)) s)"
+gpu_test cuda_kernels_test
+gpu_test cuda_backend_test
+make_full_model
 
 if [[ "${QWICK_EVALS:-0}" == 1 ]]; then  # CUDA vs CPU logits over 300 positions, as gpu_check.sh full
   python3 "$(dirname "$0")/eval_tokens.py" /tmp/tokens.safetensors
