@@ -137,33 +137,40 @@ int run(int reps) {
           time_per_call_us(reps, 1, [&](int, cudaStream_t st) { gemv(a, st); }),
           static_cast<double>(w.bytes()));
     }
-    {  // DeltaNet in_proj stack: qkv | z | b | a, 8 layers' worth
+    // The input stacks as the decode step runs them: DeltaNet qkv | b | a (its z projection rides in
+    // the decode step's launch) and attention q+gate | k | v, 8 layers' worth each.
+    struct Stack {
+      const char* name;
+      std::vector<int64_t> rows;
+    };
+    for (const Stack& stack : {Stack{"DeltaNet in_proj stack 8256x2048 q4, RMSNorm", {8192, 32, 32}},
+                               Stack{"attention q|k|v stack 9216x2048 q4, RMSNorm", {8192, 512, 512}}}) {
       const int copies = 8;
       std::vector<std::vector<Matrix>> layers;
       std::vector<DeviceBuffer> tables;
       double bytes = 0;
       for (int c = 0; c < copies; ++c) {
         layers.push_back({});
-        for (int64_t rows : {8192, 4096, 32, 32}) layers.back().push_back(affine(rows, H, 4));
+        for (int64_t rows : stack.rows) layers.back().push_back(affine(rows, H, 4));
         std::vector<DeviceMatrix> t;
         for (auto& m : layers.back()) t.push_back(m.m);
         tables.push_back(upload_vector(t));
       }
       for (auto& m : layers[0]) bytes += static_cast<double>(m.bytes());
       GemvArgs a;
-      a.problems = 4;
+      a.problems = static_cast<int>(stack.rows.size());
       a.format = WeightFormat::kAffine4;
-      a.max_rows = 8192;
+      a.max_rows = *std::max_element(stack.rows.begin(), stack.rows.end());
       a.max_cols = H;
-      a.stack_rows[0] = 8192, a.stack_rows[1] = 4096, a.stack_rows[2] = 32, a.stack_rows[3] = 32;
+      for (size_t p = 0; p < stack.rows.size(); ++p) a.stack_rows[p] = stack.rows[p];
       a.x = xp;
       a.y = yp;
-      a.y_stride = 8192;
+      a.y_stride = a.max_rows;
       a.norm_weight = reinterpret_cast<const float*>(norm.data());
       a.eps = 1e-6f;
       a.overlap = overlap;
       a.q8 = q8;
-      row("DeltaNet in_proj stack 12352x2048 q4, RMSNorm",
+      row(stack.name,
           time_per_call_us(reps, copies,
                            [&](int c, cudaStream_t st) {
                              GemvArgs b = a;

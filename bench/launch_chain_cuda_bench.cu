@@ -7,7 +7,12 @@
 //             them, one block writes the next kernel's input
 //   + MB      the same with that many MB of weights streamed per kernel (distinct buffers, so nothing
 //             is served from L2), requested before the wait as the GEMVs do
-// with programmatic dependent launch (as the engine runs) and without. Needs a CUDA GPU.
+// with programmatic dependent launch (as the engine runs) and without, and with programmatic launch but
+// only two blocks resident per multiprocessor (each block holding 100 KB of shared memory, as a kernel
+// whose registers fill the register file at two blocks would): then the next kernel's blocks cannot
+// start, and request their weights, until blocks of the one before have finished. Last, the 9.5 MB row
+// with the weights bulk-copied into shared memory (one or two blocks a multiprocessor, each block's
+// share in 1 to 64 copies). Needs a CUDA GPU.
 //   launch_chain_cuda_bench [kernels]
 #include <cuda_runtime.h>
 
@@ -15,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
@@ -22,17 +28,28 @@
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
 #include "kernels/matmul/gemv_core.cuh"
+#include "kernels/tensor_core.cuh"
 
 namespace qwick::cuda {
 namespace {
 
 constexpr int kThreads = 256, kCols = 2048;
 
+// The dependent part of a GEMV: read the previous kernel's output, block-reduce it, one block writes the
+// next kernel's input (`sink` keeps the weights' loads alive).
+__device__ __forceinline__ void x_chain(const float* x_in, float* x_out, uint32_t sink) {
+  __shared__ float scratch[32];
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < kCols; c += kThreads) s += x_in[c];
+  s = block_sum(s, scratch);
+  if (blockIdx.x == 0 && threadIdx.x < kCols / 8)
+    for (int c = threadIdx.x; c < kCols; c += kCols / 8) x_out[c] = s * 1e-3f + static_cast<float>(sink & 1);
+}
+
 // x_in: the previous kernel's output; weights: this kernel's bytes (16-byte pieces, `pieces` of them
 // per block), or null.
 __global__ void __launch_bounds__(kThreads, 2)
     chain_kernel(const float* x_in, float* x_out, const uint4* weights, int64_t pieces, bool chain) {
-  __shared__ float scratch[32];
   let_next_kernel_start();
   // The weights first, as the GEMVs request theirs before waiting: four pieces in flight a thread.
   uint32_t sink = 0;
@@ -50,12 +67,32 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   }
   wait_for_previous_kernel();
-  if (!chain) return;
-  float s = 0.0f;
-  for (int c = threadIdx.x; c < kCols; c += kThreads) s += x_in[c];
-  s = block_sum(s, scratch);
-  if (blockIdx.x == 0 && threadIdx.x < kCols / 8)
-    for (int c = threadIdx.x; c < kCols; c += kCols / 8) x_out[c] = s * 1e-3f + static_cast<float>(sink & 1);
+  if (chain) x_chain(x_in, x_out, sink);
+}
+
+// The chain with each block's weights bulk-copied into shared memory instead (`bytes` a block, in
+// `parts` copies issued by as many threads), as a GEMV holding its rows in shared memory would fetch
+// them (docs/gpu-notes.md, "Decode: where a GEMV's time goes").
+__global__ void __launch_bounds__(kThreads)
+    bulk_chain_kernel(const float* x_in, float* x_out, const uint8_t* weights, uint32_t bytes, int parts) {
+  extern __shared__ uint4 slice[];
+  __shared__ uint64_t bar_word;
+  let_next_kernel_start();
+  const uint32_t bar = smem_addr(&bar_word);
+  if (threadIdx.x == 0) {
+    mbarrier_init(bar, 1);
+    fence_mbarrier_init();
+    mbarrier_expect_bytes(bar, bytes);
+  }
+  __syncthreads();
+  const uint32_t part = bytes / static_cast<uint32_t>(parts);
+  if (static_cast<int>(threadIdx.x) < parts)
+    bulk_copy_to_shared(smem_addr(slice) + threadIdx.x * part,
+                        weights + uint64_t{blockIdx.x} * bytes + threadIdx.x * part, part, bar);
+  mbarrier_wait(bar, 0);
+  const uint32_t sink = slice[threadIdx.x].x;
+  wait_for_previous_kernel();
+  x_chain(x_in, x_out, sink);
 }
 
 }  // namespace
@@ -71,7 +108,10 @@ int main(int argc, char** argv) {
     check(cudaMemset(x.data(), 0, 2 * kCols * sizeof(float)), "memset");
     std::printf("%d kernels of %d blocks per graph, median of 7 graph launches (us per kernel)\n", kernels,
                 blocks);
-    std::printf("%-22s %12s %12s %12s\n", "kernel", "PDL", "no PDL", "byte floor");
+    constexpr size_t kFillSmem = 100 << 10;  // two blocks a multiprocessor, no third
+    check(cudaFuncSetAttribute(chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kFillSmem),
+          "shared memory limit");
+    std::printf("%-22s %12s %12s %12s %12s\n", "kernel", "PDL", "PDL 2/SM", "no PDL", "byte floor");
     struct Row {
       const char* name;
       bool chain;
@@ -87,21 +127,47 @@ int main(int argc, char** argv) {
       std::vector<DeviceBuffer> weights;
       for (int i = 0; i < copies; ++i) weights.emplace_back(static_cast<size_t>(pieces) * 16 * blocks);
       std::printf("%-22s", row.name);
-      for (bool pdl : {true, false}) {
+      for (const std::pair<bool, size_t>& column :
+           {std::pair{true, size_t{0}}, std::pair{true, kFillSmem}, std::pair{false, size_t{0}}}) {
+        const bool pdl = column.first;
+        const size_t smem = column.second;
         float* const xf = reinterpret_cast<float*>(x.data());
         const double us = graph_us_per_call(7, kernels, [&](cudaStream_t stream) {
           for (int k = 0; k < kernels; ++k) {
             const uint4* w =
                 copies ? reinterpret_cast<const uint4*>(weights[static_cast<size_t>(k % copies)].data())
                        : nullptr;
-            launch_kernel(chain_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, pdl,
-                          "chain", xf + (k & 1) * kCols, xf + ((k + 1) & 1) * kCols, w, pieces, row.chain);
+            launch_kernel(chain_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream,
+                          pdl, "chain", xf + (k & 1) * kCols, xf + ((k + 1) & 1) * kCols, w, pieces,
+                          row.chain);
           }
         });
         std::printf(" %12.2f", us);
       }
       std::printf(" %12.2f\n", row.mb * (1 << 20) / 4.24e6);  // µs at the measured copy bandwidth
     }
+    // 9.5 MB bulk-copied: one block per multiprocessor (72 KB each) or two (36 KB), in 1 to 64 copies.
+    std::printf("\n%-34s %12s %12s\n", "x chain + 9.5 MB bulk-copied", "PDL", "byte floor");
+    check(cudaFuncSetAttribute(bulk_chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 << 10),
+          "shared memory limit");
+    for (int per_sm : {1, 2})
+      for (int parts : {1, 8, 64}) {
+        const int n = per_sm * multiprocessor_count();
+        const uint32_t bytes = static_cast<uint32_t>(9.5 * (1 << 20) / n) / (16 * 64) * (16 * 64);
+        const int copies = std::min(kernels, 200);
+        std::vector<DeviceBuffer> weights;
+        for (int i = 0; i < copies; ++i) weights.emplace_back(static_cast<size_t>(bytes) * n);
+        float* const xf = reinterpret_cast<float*>(x.data());
+        const double us = graph_us_per_call(7, kernels, [&](cudaStream_t stream) {
+          for (int k = 0; k < kernels; ++k)
+            launch_kernel(bulk_chain_kernel, dim3(static_cast<unsigned>(n)), dim3(kThreads), bytes, stream,
+                          true, "bulk chain", xf + (k & 1) * kCols, xf + ((k + 1) & 1) * kCols,
+                          weights[static_cast<size_t>(k % copies)].data(), bytes, parts);
+        });
+        char name[64];
+        std::snprintf(name, sizeof name, "%d block(s) an SM, %d copies each", per_sm, parts);
+        std::printf("%-34s %12.2f %12.2f\n", name, us, 9.5 * (1 << 20) / 4.24e6);
+      }
   } catch (const std::exception& e) {  // check() throws
     std::fprintf(stderr, "launch_chain_cuda_bench: %s\n", e.what());
     return 1;

@@ -93,6 +93,24 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
+// The copy engine's side of an mbarrier (sm_90): after mbarrier_init, make the barrier visible to
+// bulk copies; then one thread announces the bytes the phase waits for and issues the copies, each of
+// which counts its bytes against the barrier as they land. A copy's addresses and size are multiples of
+// 16 bytes; a phase waits for less than 2^20 bytes.
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_expect_bytes(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes,
+                                                    uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
 // Four 8×8 bf16 matrices from shared memory: lanes 8i .. 8i+7 give the 16-byte rows of matrix i, and
 // lane 4g + t receives row g, elements 2t, 2t+1 of each (.trans: column g, elements 2t, 2t+1).
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) {
