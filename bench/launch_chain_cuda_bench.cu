@@ -20,7 +20,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <utility>
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
@@ -108,6 +107,7 @@ int main(int argc, char** argv) {
     check(cudaMemset(x.data(), 0, 2 * kCols * sizeof(float)), "memset");
     std::printf("%d kernels of %d blocks per graph, median of 7 graph launches (us per kernel)\n", kernels,
                 blocks);
+    auto floor_us = [](double mb) { return mb * (1 << 20) / 4.24e6; };  // at the measured copy bandwidth
     constexpr size_t kFillSmem = 100 << 10;  // two blocks a multiprocessor, no third
     check(cudaFuncSetAttribute(chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kFillSmem),
           "shared memory limit");
@@ -127,10 +127,11 @@ int main(int argc, char** argv) {
       std::vector<DeviceBuffer> weights;
       for (int i = 0; i < copies; ++i) weights.emplace_back(static_cast<size_t>(pieces) * 16 * blocks);
       std::printf("%-22s", row.name);
-      for (const std::pair<bool, size_t>& column :
-           {std::pair{true, size_t{0}}, std::pair{true, kFillSmem}, std::pair{false, size_t{0}}}) {
-        const bool pdl = column.first;
-        const size_t smem = column.second;
+      struct Column {
+        bool pdl;
+        size_t smem;
+      };
+      for (const auto [pdl, smem] : {Column{true, 0}, Column{true, kFillSmem}, Column{false, 0}}) {
         float* const xf = reinterpret_cast<float*>(x.data());
         const double us = graph_us_per_call(7, kernels, [&](cudaStream_t stream) {
           for (int k = 0; k < kernels; ++k) {
@@ -144,19 +145,19 @@ int main(int argc, char** argv) {
         });
         std::printf(" %12.2f", us);
       }
-      std::printf(" %12.2f\n", row.mb * (1 << 20) / 4.24e6);  // µs at the measured copy bandwidth
+      std::printf(" %12.2f\n", floor_us(row.mb));
     }
     // 9.5 MB bulk-copied: one block per multiprocessor (72 KB each) or two (36 KB), in 1 to 64 copies.
     std::printf("\n%-34s %12s %12s\n", "x chain + 9.5 MB bulk-copied", "PDL", "byte floor");
     check(cudaFuncSetAttribute(bulk_chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 << 10),
           "shared memory limit");
+    const int copies = std::min(kernels, 200);  // 9.5 MB each, shared by every row
+    std::vector<DeviceBuffer> weights;
+    for (int i = 0; i < copies; ++i) weights.emplace_back(static_cast<size_t>(9.5 * (1 << 20)));
     for (int per_sm : {1, 2})
       for (int parts : {1, 8, 64}) {
         const int n = per_sm * multiprocessor_count();
         const uint32_t bytes = static_cast<uint32_t>(9.5 * (1 << 20) / n) / (16 * 64) * (16 * 64);
-        const int copies = std::min(kernels, 200);
-        std::vector<DeviceBuffer> weights;
-        for (int i = 0; i < copies; ++i) weights.emplace_back(static_cast<size_t>(bytes) * n);
         float* const xf = reinterpret_cast<float*>(x.data());
         const double us = graph_us_per_call(7, kernels, [&](cudaStream_t stream) {
           for (int k = 0; k < kernels; ++k)
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
         });
         char name[64];
         std::snprintf(name, sizeof name, "%d block(s) an SM, %d copies each", per_sm, parts);
-        std::printf("%-34s %12.2f %12.2f\n", name, us, 9.5 * (1 << 20) / 4.24e6);
+        std::printf("%-34s %12.2f %12.2f\n", name, us, floor_us(9.5));
       }
   } catch (const std::exception& e) {  // check() throws
     std::fprintf(stderr, "launch_chain_cuda_bench: %s\n", e.what());

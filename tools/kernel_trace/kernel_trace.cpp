@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -92,24 +93,22 @@ void report() {
     std::fprintf(stderr, "kernel_trace: no graph launches recorded (%zu kernels)\n", kernels.size());
     return;
   }
-  // The launches of that size, in order; the median by length stands for them.
-  std::vector<std::vector<Kernel>> runs;
+  // The launches of that size, each with its length; the median by length stands for them.
+  std::vector<std::pair<uint64_t, std::vector<Kernel>>> runs;
   for (auto& [id, ks] : launches) {
     if (ks.size() != most) continue;
     std::sort(ks.begin(), ks.end(), [](const Kernel& a, const Kernel& b) { return a.start < b.start; });
-    runs.push_back(ks);
-  }
-  auto length = [](const std::vector<Kernel>& ks) {
     uint64_t end = 0;
     for (const Kernel& k : ks) end = std::max(end, k.end);
-    return end - ks.front().start;
-  };
-  std::sort(runs.begin(), runs.end(), [&](const auto& a, const auto& b) { return length(a) < length(b); });
-  const std::vector<Kernel>& run = runs[runs.size() / 2];
-  const char* path = std::getenv("QWICK_TRACE_OUT");
-  FILE* out = std::fopen(path ? path : "kernel_trace.tsv", "w");
+    runs.emplace_back(end - ks.front().start, std::move(ks));
+  }
+  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  const auto& [run_length, run] = runs[runs.size() / 2];
+  const char* env_path = std::getenv("QWICK_TRACE_OUT");
+  const char* path = env_path ? env_path : "kernel_trace.tsv";
+  FILE* out = std::fopen(path, "w");
   if (!out) {
-    std::fprintf(stderr, "kernel_trace: cannot write %s\n", path ? path : "kernel_trace.tsv");
+    std::fprintf(stderr, "kernel_trace: cannot write %s\n", path);
     return;
   }
   std::fprintf(out, "index\tname\tregisters\tblocks\tthreads\tsmem\tstart_us\tend_us\tgap_us\town_us\n");
@@ -130,7 +129,7 @@ void report() {
   }
   std::fclose(out);
   std::fprintf(stderr, "kernel_trace: %zu launches of %zu kernels; median %.1f us; own time by kernel:\n",
-               runs.size(), most, static_cast<double>(length(run)) / 1e3);
+               runs.size(), most, static_cast<double>(run_length) / 1e3);
   std::vector<std::pair<std::string, std::pair<int, double>>> rows(own_by_name.begin(), own_by_name.end());
   std::sort(rows.begin(), rows.end(),
             [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
