@@ -1,7 +1,8 @@
 // A timeline of the kernels inside one CUDA graph launch, for any program, with no change to it: a CUPTI
 // injection library (the driver loads it when CUDA_INJECTION64_PATH names it). It records every kernel's
 // start and end on the GPU; at exit it takes the graph launches holding the most kernels (for qwick, the
-// decode step), picks the median one by length, and writes a line per kernel to QWICK_TRACE_OUT
+// decode step; or with QWICK_TRACE_BURSTS, bursts of kernels outside graphs: a prefill), picks the
+// median one by length, and writes a line per kernel to QWICK_TRACE_OUT
 // (default kernel_trace.tsv):
 //   index  name  registers  blocks  threads  smem  start_us  end_us  gap_us  own_us
 // start and end count from the launch's first kernel start; gap_us is this start minus the latest end
@@ -83,14 +84,31 @@ std::string short_name(const char* mangled) {
 void report() {
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::lock_guard<std::mutex> lock(mutex);
-  // Launches of graphs: kernels of one cudaGraphLaunch share its correlation id.
+  // Launches of graphs: kernels of one cudaGraphLaunch share its correlation id. With
+  // QWICK_TRACE_BURSTS=US, the kernels outside graphs instead (prefill): a launch is then a burst of
+  // them with no idle time of US microseconds or more inside.
   std::map<uint32_t, std::vector<Kernel>> launches;
-  for (const Kernel& k : kernels)
-    if (k.graph != 0) launches[k.correlation].push_back(k);
+  if (const char* bursts = std::getenv("QWICK_TRACE_BURSTS")) {
+    const uint64_t idle_ns = static_cast<uint64_t>(std::atof(bursts) * 1e3);
+    std::vector<Kernel> plain;
+    for (const Kernel& k : kernels)
+      if (k.graph == 0) plain.push_back(k);
+    std::sort(plain.begin(), plain.end(), [](const Kernel& a, const Kernel& b) { return a.start < b.start; });
+    uint32_t burst = 0;
+    uint64_t busy_until = 0;
+    for (const Kernel& k : plain) {
+      if (busy_until != 0 && k.start >= busy_until + idle_ns) ++burst;
+      busy_until = std::max(busy_until, k.end);
+      launches[burst].push_back(k);
+    }
+  } else {
+    for (const Kernel& k : kernels)
+      if (k.graph != 0) launches[k.correlation].push_back(k);
+  }
   size_t most = 0;
   for (const auto& [id, ks] : launches) most = std::max(most, ks.size());
   if (most == 0) {
-    std::fprintf(stderr, "kernel_trace: no graph launches recorded (%zu kernels)\n", kernels.size());
+    std::fprintf(stderr, "kernel_trace: no launches recorded (%zu kernels)\n", kernels.size());
     return;
   }
   // The launches of that size, each with its length; the median by length stands for them.
@@ -113,7 +131,7 @@ void report() {
   }
   std::fprintf(out, "index\tname\tregisters\tblocks\tthreads\tsmem\tstart_us\tend_us\tgap_us\town_us\n");
   const double t0 = static_cast<double>(run.front().start);
-  double last_end = t0;
+  double last_end = t0, idle = 0;
   std::map<std::string, std::pair<int, double>> own_by_name;
   for (size_t i = 0; i < run.size(); ++i) {
     const Kernel& k = run[i];
@@ -125,11 +143,14 @@ void report() {
                  own / 1e3);
     auto& [count, total] = own_by_name[name];
     ++count, total += own / 1e3;
+    idle += std::max(0.0, start - last_end);
     last_end = std::max(last_end, end);
   }
   std::fclose(out);
-  std::fprintf(stderr, "kernel_trace: %zu launches of %zu kernels; median %.1f us; own time by kernel:\n",
-               runs.size(), most, static_cast<double>(run_length) / 1e3);
+  std::fprintf(stderr,
+               "kernel_trace: %zu launches of %zu kernels; median %.1f us, of it %.1f us with no kernel "
+               "running; own time by kernel:\n",
+               runs.size(), most, static_cast<double>(run_length) / 1e3, idle / 1e3);
   std::vector<std::pair<std::string, std::pair<int, double>>> rows(own_by_name.begin(), own_by_name.end());
   std::sort(rows.begin(), rows.end(),
             [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
