@@ -46,10 +46,13 @@ struct BackendOptions {
   // "attention" (the first flash prefill: also V transposed at load instead of read with
   // ldmatrix.trans), "chunked-scan" (the DeltaNet token scan for every chunk instead of the chunked WY
   // form from 64 rows on), "down-bf16" (the routed experts' down projection written in f32 instead of
-  // bf16 for the combine), "in-proj-stack" (the mixer's input projections as one GEMM per matrix
-  // instead of one over their stacked rows), "expert-tiles-144" (expert groups in tiles of 128 slots
-  // instead of 144), "shared-overlap" (the shared expert on the main stream instead of beside the routed
-  // experts).
+  // bf16 for the combine), "deltanet-in-bf16" (the DeltaNet input projections written in f32 instead
+  // of bf16 for the conv, gates and gated norm), "in-proj-stack" (the mixer's input projections as one GEMM
+  // per matrix instead of one over their stacked rows), "expert-tiles-144" (expert groups in tiles of 128
+  // slots instead of 144), "shared-overlap" (the shared expert on the main stream instead of beside the
+  // routed experts), "prefill-overlap" (prefill's kernels launched plainly instead of as programmatic
+  // dependent launches, from 2K-row chunks), "combine-norm" (the next layer's input RMSNorm as a kernel of
+  // its own instead of in the MoE combine).
   std::string cuda_off;
 };
 

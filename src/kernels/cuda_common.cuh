@@ -17,6 +17,11 @@ __device__ __forceinline__ float bf16_to_f32(uint16_t h) {
 __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
+// Element i of rows stored in f32, or in bf16 where `bf16` is set (prefill's projections may write
+// either).
+__device__ __forceinline__ float f32_or_bf16(const float* f32, const uint16_t* bf16, int64_t i) {
+  return bf16 ? bf16_to_f32(bf16[i]) : f32[i];
+}
 // Two floats as a bf16 pair in one 32-bit word, `lo` in the low half (the element with the lower index).
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return static_cast<uint32_t>(f32_to_bf16(lo)) | (static_cast<uint32_t>(f32_to_bf16(hi)) << 16);
@@ -76,6 +81,12 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 }
 __device__ __forceinline__ void let_next_kernel_start() {
   asm volatile("griddepcontrol.launch_dependents;");
+}
+// Both, at a prefill kernel's start: the next kernel's launch then begins once this one's last
+// blocks are resident, and its blocks wait where this one's leave SMs free (no launch gap).
+__device__ __forceinline__ void wait_and_let_next_start() {
+  wait_for_previous_kernel();
+  let_next_kernel_start();
 }
 
 }  // namespace qwick::cuda

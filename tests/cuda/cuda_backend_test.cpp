@@ -41,7 +41,8 @@ struct RunSpec {
   bool int8 = false;  // int8 decode activations against 4-bit weights (device_int8, not exact)
   bool chunked_scan = true;
   bool gemv_rows = true, carry_z = true;
-  bool down_bf16 = true, in_proj_stack = true;
+  bool down_bf16 = true, in_proj_stack = true, deltanet_in_bf16 = true;
+  bool prefill_overlap = true, combine_norm = true;
   bool router_bf16 = true;
 };
 
@@ -52,7 +53,9 @@ std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& tok
        {std::pair{run.graphs, "graph"}, std::pair{run.fusion, "fusion"}, std::pair{run.overlap, "overlap"},
         std::pair{run.chunked_scan, "chunked-scan"}, std::pair{run.gemv_rows, "gemv-rows"},
         std::pair{run.carry_z, "carry-z"}, std::pair{run.down_bf16, "down-bf16"},
-        std::pair{run.in_proj_stack, "in-proj-stack"}, std::pair{run.router_bf16, "router-bf16"}})
+        std::pair{run.in_proj_stack, "in-proj-stack"}, std::pair{run.router_bf16, "router-bf16"},
+        std::pair{run.deltanet_in_bf16, "deltanet-in-bf16"},
+        std::pair{run.prefill_overlap, "prefill-overlap"}, std::pair{run.combine_norm, "combine-norm"}})
     if (!on) opt.cuda_off += std::string(opt.cuda_off.empty() ? "" : ",") + lever;
   opt.threads = 4;
   opt.exact = !run.int8;  // by default the f32 reference numerics, not the int8/bf16 fast paths
@@ -201,8 +204,9 @@ TEST(CudaBackend, DecodeLeversKeepTheLogits) {
 }
 
 // The mixer's input projections as one GEMM over their stacked rows or one GEMM per matrix: each
-// output is the same sum either way. The experts' down rows in bf16 or f32: one more rounding. The
-// router from bf16 or f32 inputs: the f32 one is the reference's numerics.
+// output is the same sum either way. The experts' down rows in bf16 or f32, and the DeltaNet input
+// projections' rows: one more rounding. The router from bf16 or f32 inputs: the f32 one is the
+// reference's numerics.
 TEST(CudaBackend, PrefillLeversKeepTheLogits) {
   QWICK_REQUIRE_GPU();
   for (const char* dir : {"tiny/hf", "small/mlx4"}) {
@@ -210,15 +214,19 @@ TEST(CudaBackend, PrefillLeversKeepTheLogits) {
     const auto model = load_model(test::fixture(dir));
     const Fixture fx(std::string(dir).substr(0, std::string(dir).find('/')));
     RunSpec all{256};
-    RunSpec apart = all, f32_down = all, f32_router = all;
+    RunSpec apart = all, f32_down = all, f32_router = all, f32_deltanet_in = all;
     apart.in_proj_stack = false;
     f32_down.down_bf16 = false;
+    f32_deltanet_in.deltanet_in_bf16 = false;
     f32_router.router_bf16 = false;
     const auto a = logits_of(*model, fx.tokens, all);
     EXPECT_EQ(a, logits_of(*model, fx.tokens, apart));
     const double err = rel_err(logits_of(*model, fx.tokens, f32_down), a);
     std::printf("[ fixture  ] %-18s f32 vs bf16 expert down rows: rel_err %.3e\n", dir, err);
     EXPECT_LT(err, 3e-2);
+    const double in_err = rel_err(logits_of(*model, fx.tokens, f32_deltanet_in), a);
+    std::printf("[ fixture  ] %-18s f32 vs bf16 DeltaNet input rows: rel_err %.3e\n", dir, in_err);
+    EXPECT_LT(in_err, 3e-2);
     const auto r = logits_of(*model, fx.tokens, f32_router);
     const double router_err = rel_err(r, a),
                  cpu_err = rel_err(r, logits_of(*model, fx.tokens, {256, -1, true, "cpu"}));
@@ -227,6 +235,26 @@ TEST(CudaBackend, PrefillLeversKeepTheLogits) {
     EXPECT_LT(router_err, 3e-2);
     EXPECT_LT(cpu_err, std::string(dir) == "tiny/hf" ? 8e-2 : 5e-2);  // FixturesInEveryLayout's bounds
   }
+}
+
+// A chunk long enough for programmatic launches (from 2K rows) on the small model: launched so or
+// plainly, every kernel computes the same sums. The combine's norm of the next layer's input, against
+// the norm as a kernel of its own: the sum of squares in another order.
+TEST(CudaBackend, LongChunkLeversKeepTheLogits) {
+  QWICK_REQUIRE_GPU();
+  const auto model = load_model(test::fixture("small/mlx4"));
+  std::vector<int32_t> tokens(2100);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(model->config.vocab_size));
+  RunSpec all{4096};
+  RunSpec plain = all, norm_apart = all;
+  plain.prefill_overlap = false;
+  norm_apart.combine_norm = false;
+  const auto a = logits_of(*model, tokens, all);
+  EXPECT_EQ(a, logits_of(*model, tokens, plain));
+  const double err = rel_err(logits_of(*model, tokens, norm_apart), a);
+  std::printf("[ fixture  ] small/mlx4 2100 rows, norm in the combine or apart: rel_err %.3e\n", err);
+  EXPECT_LT(err, 3e-2);
 }
 
 // Input projections of different formats cannot be stacked: each then runs as a GEMM of its own into

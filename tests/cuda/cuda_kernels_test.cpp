@@ -607,7 +607,23 @@ TEST(Moe, GroupingGroupedGemmAndCombine) {
                       (bf16_down ? round_to_bf16(d_[static_cast<size_t>(h)]) : d_[static_cast<size_t>(h)]);
               }
             }
-            EXPECT_LT(rel_err(dhidden.download(), want), 1e-2);
+            const auto combined = dhidden.download();
+            EXPECT_LT(rel_err(combined, want), 1e-2);
+
+            // With the next layer's input norm: the same rows, and their RMSNorm in bf16.
+            const auto norm_w = randn(static_cast<size_t>(H), rng);
+            DeviceArray<float> dhidden_n(hidden0), dnorm_w(norm_w);
+            DeviceArray<uint16_t> dnormed(static_cast<size_t>(n * H));
+            combine.hidden = dhidden_n.data();
+            combine.norm_weight = dnorm_w.data();
+            combine.eps = 1e-6f;
+            combine.normed = dnormed.data();
+            cuda::moe_combine(combine, nullptr);
+            EXPECT_EQ(dhidden_n.download(), combined);
+            std::vector<float> normed_ref(combined.size());
+            for (int64_t t = 0; t < n; ++t)
+              rms_norm(combined.data() + t * H, norm_w.data(), 1e-6f, H, normed_ref.data() + t * H);
+            EXPECT_LT(rel_err(from_bf16(dnormed.download()), normed_ref), 4e-3) << "combine's norm";
           }
         }
       }
@@ -817,7 +833,7 @@ TEST(Norm, RmsNormGatedNormAndEmbedding) {
     EXPECT_LT(rel_err(out.download(), ref), 1e-6);
     EXPECT_LT(rel_err(from_bf16(out16.download()), ref), 4e-3);
   }
-  for (auto [heads, D] : {std::pair{32, 128}, std::pair{4, 32}}) {
+  for (auto [heads, D] : {std::pair{32, 128}, std::pair{4, 32}, std::pair{2, 256}}) {
     const int64_t n = 9, ld = heads * D;
     const auto x = randn(static_cast<size_t>(n * ld), rng), z = randn(static_cast<size_t>(n * ld), rng);
     const auto w = randn(static_cast<size_t>(D), rng);
@@ -828,6 +844,15 @@ TEST(Norm, RmsNormGatedNormAndEmbedding) {
     cuda::gated_rms_norm_rows(
         {dx.data(), ld, dz.data(), ld, n, heads, D, dw.data(), 1e-6f, out.data(), nullptr, ld}, nullptr);
     EXPECT_LT(rel_err(out.download(), ref), 1e-5);
+    // z in bf16 (as the prefill DeltaNet projection writes it): the same against z rounded.
+    const auto z16 = round_bf16(z);
+    for (int64_t i = 0; i < n * heads; ++i)
+      gated_rms_norm(x.data() + i * D, z16.data() + i * D, w.data(), 1e-6f, D, ref.data() + i * D);
+    DeviceArray<uint16_t> dz16(to_bf16(z16));
+    cuda::GatedNormArgs a{dx.data(), ld, nullptr, ld, n, heads, D, dw.data(), 1e-6f, out.data(), nullptr, ld};
+    a.z_bf16 = dz16.data();
+    cuda::gated_rms_norm_rows(a, nullptr);
+    EXPECT_LT(rel_err(out.download(), ref), 1e-5) << "bf16 z";
   }
   for (WeightFormat f : {WeightFormat::kAffine4, WeightFormat::kAffine8, WeightFormat::kBF16}) {
     HostMatrix h = random_matrix(f, 1000, 256, 64, rng);
@@ -845,17 +870,21 @@ TEST(Norm, RmsNormGatedNormAndEmbedding) {
 // Conv, prepare and scan over several chunks (including 1-row decode steps) against the CPU
 // functions run over the same chunks, with the states carried on both sides; with the conv that
 // walks the rows and with the row-parallel one (prefill), and in the row-parallel pass the 1-row
-// steps go through the decode's fused deltanet_decode_step.
+// steps go through the decode's fused deltanet_decode_step. A third pass gives the row-parallel conv
+// (its staged loads, and for one shape its own) and the gates bf16 inputs (the prefill projection's
+// output), the CPU the same values rounded.
 TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
   struct Shape {
     int Hk, Hv, Dk, Dv;
   };
-  for (bool row_parallel : {false, true})
+  for (auto [row_parallel, bf16_in] :
+       {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}})
     for (const Shape s : {Shape{16, 32, 128, 128}, Shape{2, 4, 32, 32}, Shape{4, 8, 64, 64}}) {
-      SCOPED_TRACE(fmt::format("Hk {} Hv {} Dk {} Dv {}, {}", s.Hk, s.Hv, s.Dk, s.Dv,
-                               row_parallel ? "row-parallel conv" : "conv by channel"));
+      SCOPED_TRACE(fmt::format("Hk {} Hv {} Dk {} Dv {}, {}{}", s.Hk, s.Hv, s.Dk, s.Dv,
+                               row_parallel ? "row-parallel conv" : "conv by channel",
+                               bf16_in ? ", bf16 inputs" : ""));
       const int K = 4;
       const int64_t key_dim = int64_t{s.Hk} * s.Dk, C = 2 * key_dim + int64_t{s.Hv} * s.Dv,
                     Vt = int64_t{s.Hv} * s.Dv;
@@ -871,9 +900,10 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
       DeviceArray<int> d_readers(no_readers);
       for (int64_t n : {5, 1, 1, 130, 1, 64}) {
         SCOPED_TRACE(fmt::format("chunk of {}", n));
-        const auto qkv = randn(static_cast<size_t>(n * C), rng);
-        const auto b = randn(static_cast<size_t>(n * s.Hv), rng),
-                   a = randn(static_cast<size_t>(n * s.Hv), rng);
+        const auto round_if = [&](std::vector<float> v) { return bf16_in ? round_bf16(v) : v; };
+        const auto qkv = round_if(randn(static_cast<size_t>(n * C), rng));
+        const auto b = round_if(randn(static_cast<size_t>(n * s.Hv), rng)),
+                   a = round_if(randn(static_cast<size_t>(n * s.Hv), rng));
         // CPU.
         std::vector<float> conv(qkv.size()), beta(b.size()), decay(b.size()), o(static_cast<size_t>(n * Vt));
         causal_conv_silu(qkv.data(), n, C, conv_w.data(), K, conv_state.data(), conv.data(), 0, C);
@@ -903,14 +933,28 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
         // GPU.
         DeviceArray<float> d_qkv(qkv), d_b(b), d_a(a), d_conv(qkv.size()), d_beta(b.size()),
             d_decay(b.size()), d_o(o.size());
-        cuda::DeltaNetConvArgs conv_args{d_qkv.data(),  C, n, C, d_conv_w.data(), K, d_conv_state.data(),
-                                         d_conv.data(), C};
+        // bf16 rows 4 values longer for one shape: not 16-byte pieces, so the conv's own loads, not the
+        // staged ones, read them.
+        const int64_t ld16 = s.Dk == 32 ? C + 4 : C;
+        std::vector<float> padded(static_cast<size_t>(n * ld16), 0.0f);
+        for (int64_t t = 0; t < n; ++t) std::copy_n(qkv.begin() + t * C, C, padded.begin() + t * ld16);
+        DeviceArray<uint16_t> d_qkv16(to_bf16(padded)), d_b16(to_bf16(b)), d_a16(to_bf16(a));
+        cuda::DeltaNetConvArgs conv_args{bf16_in ? nullptr : d_qkv.data(),
+                                         bf16_in ? ld16 : C,
+                                         n,
+                                         C,
+                                         d_conv_w.data(),
+                                         K,
+                                         d_conv_state.data(),
+                                         d_conv.data(),
+                                         C};
+        if (bf16_in) conv_args.in_bf16 = d_qkv16.data();
         conv_args.row_parallel = row_parallel;
         if (row_parallel && n > 1) {  // the row-parallel conv also does the norms
           conv_args.norm_heads = s.Hk;
           conv_args.norm_dim = s.Dk;
         }
-        if (n == 1 && row_parallel) {  // a decode step: conv, prepare and scan fused
+        if (n == 1 && row_parallel && !bf16_in) {  // a decode step: conv, prepare and scan fused
           cuda::DeltaNetDecodeStepArgs step{conv_args,   s.Hk,         s.Dk,       s.Hv,
                                             s.Dv,        d_b.data(),   d_a.data(), d_a_neg.data(),
                                             d_dt.data(), d_rec.data(), d_o.data(), d_readers.data()};
@@ -938,10 +982,22 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
           }
         } else {
           cuda::deltanet_conv(conv_args, nullptr);
-          cuda::deltanet_prepare(
-              {d_conv.data(), C, n, s.Hk, s.Dk, s.Hv, d_b.data(), d_a.data(), s.Hv, d_a_neg.data(),
-               d_dt.data(), d_beta.data(), d_decay.data(), conv_args.norm_heads > 0},
-              nullptr);
+          cuda::DeltaNetPrepareArgs gates{d_conv.data(),
+                                          C,
+                                          n,
+                                          s.Hk,
+                                          s.Dk,
+                                          s.Hv,
+                                          d_b.data(),
+                                          d_a.data(),
+                                          s.Hv,
+                                          d_a_neg.data(),
+                                          d_dt.data(),
+                                          d_beta.data(),
+                                          d_decay.data(),
+                                          conv_args.norm_heads > 0};
+          if (bf16_in) gates.b = gates.a = nullptr, gates.b_bf16 = d_b16.data(), gates.a_bf16 = d_a16.data();
+          cuda::deltanet_prepare(gates, nullptr);
           cuda::deltanet_scan({d_conv.data(), C, d_beta.data(), d_decay.data(), n, s.Hk, s.Hv, s.Dk, s.Dv,
                                d_rec.data(), d_o.data(), Vt},
                               nullptr);

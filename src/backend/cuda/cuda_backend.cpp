@@ -270,6 +270,12 @@ class CudaBackend final : public Backend {
         chunked_scan_ = false;
       else if (name == "down-bf16")
         down_bf16_ = false;
+      else if (name == "deltanet-in-bf16")
+        deltanet_in_bf16_ = false;
+      else if (name == "prefill-overlap")
+        prefill_overlap_ = false;
+      else if (name == "combine-norm")
+        combine_norm_ = false;
       else if (name == "in-proj-stack")
         stack_in_proj_ = false;
       else if (name == "expert-tiles-144")
@@ -280,7 +286,8 @@ class CudaBackend final : public Backend {
         fail(
             "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, gemv-rows, "
             "carry-z, wgmma, gemm, conv, router-bf16, router, attention-wgmma, attention-pipeline, "
-            "attention, chunked-scan, down-bf16, in-proj-stack, expert-tiles-144, shared-overlap)",
+            "attention, chunked-scan, down-bf16, deltanet-in-bf16, in-proj-stack, expert-tiles-144, "
+            "shared-overlap, prefill-overlap, combine-norm)",
             name);
       begin = end + 1;
     }
@@ -559,27 +566,35 @@ class CudaBackend final : public Backend {
 
   // The mixer's input projections of the normed rows, side by side in y ([n, ld], ld their rows
   // together; returns ld): one GEMM over their stacked matrix, or one per part when their formats
-  // differ (or the lever is off).
+  // differ (or the lever is off). The rows go to y in f32, or to y16 in bf16 where that is set.
   int64_t project_in(const DeviceMatrix& stacked, std::initializer_list<DeviceMatrix> parts, float* y,
-                     int64_t n) {
+                     int64_t n, uint16_t* y16 = nullptr) {
     int64_t ld = 0;
     for (const DeviceMatrix& m : parts) ld += m.rows;
+    const auto project = [&](const DeviceMatrix& m, int64_t col) {
+      GemmArgs a = gemm_args(m, p_.normed, cfg_.hidden_size, n, y16 ? nullptr : y + col, ld);
+      if (y16) a.y16 = y16 + col;
+      a.kernel = gemm_kernel_;
+      a.overlap = prefill_overlap();
+      gemm(a, stream_);
+    };
     if (stack_in_proj_ && stacked.rows == ld) {
-      gemm_one(stacked, p_.normed, cfg_.hidden_size, n, y, ld, false);
+      project(stacked, 0);
       return ld;
     }
     int64_t col = 0;
-    for (const DeviceMatrix& m : parts)
-      gemm_one(m, p_.normed, cfg_.hidden_size, n, y + col, ld, false), col += m.rows;
+    for (const DeviceMatrix& m : parts) project(m, col), col += m.rows;
     return ld;
   }
 
-  // On stream `s`, or stream_ when s is null (not the legacy default stream).
+  // On stream `s`, or stream_ when s is null (not the legacy default stream; then as a programmatic
+  // dependent launch with prefill_overlap()).
   void gemm_one(const DeviceMatrix& m, const uint16_t* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
                 bool accumulate, cudaStream_t s = nullptr) {
     GemmArgs a = gemm_args(m, x, ldx, n, y, ldy);
     a.accumulate = accumulate;
     a.kernel = gemm_kernel_;
+    a.overlap = prefill_overlap() && !s;
     gemm(a, s ? s : stream_);
   }
 
@@ -836,6 +851,7 @@ class CudaBackend final : public Backend {
   // ---- prefill ----------------------------------------------------------------------------------
   void forward_chunk(const int32_t* tokens, int64_t n, const LayerObserver& observer) {
     const int64_t H = cfg_.hidden_size;
+    chunk_overlap_ = prefill_overlap_ && !timer_.active() && n >= kOverlapMinRows;
     const float eps = cfg_.rms_norm_eps;
     check(cudaMemcpyAsync(p_.tokens, tokens, sizeof(int32_t) * static_cast<size_t>(n), cudaMemcpyHostToDevice,
                           stream_),
@@ -843,18 +859,22 @@ class CudaBackend final : public Backend {
     timer_.mark("embed, norms");
     embed_rows(weights_.embed, p_.tokens, n, p_.hidden, stream_);
     if (observer) observe(observer, 0, n);
+    bool normed = false;  // p_.normed holds this layer's input norm (the combine before computed it)
     for (int L = 0; L < cfg_.n_layers(); ++L) {
       const CudaLayerWeights& lw = weights_.layers[static_cast<size_t>(L)];
       const int slot = slot_[static_cast<size_t>(L)];
       timer_.mark("embed, norms");
-      rms_norm_rows(p_.hidden, n, H, lw.input_norm, eps, nullptr, p_.normed, stream_);
+      if (!normed)
+        rms_norm_rows(p_.hidden, n, H, lw.input_norm, eps, nullptr, p_.normed, stream_, prefill_overlap());
       if (const auto* att = std::get_if<CudaAttentionWeights>(&lw.mixer))
         prefill_attention(*att, slot, n);
       else
         prefill_deltanet(std::get<CudaDeltaNetWeights>(lw.mixer), slot, n);
       timer_.mark("embed, norms");
-      rms_norm_rows(p_.hidden, n, H, lw.post_norm, eps, p_.normed_f32, p_.normed, stream_);
-      prefill_moe(lw.moe, n);
+      rms_norm_rows(p_.hidden, n, H, lw.post_norm, eps, p_.normed_f32, p_.normed, stream_, prefill_overlap());
+      const bool last = L + 1 == cfg_.n_layers();
+      normed = combine_norm_ && !last && moe_combine_norms(H);
+      prefill_moe(lw.moe, n, normed ? weights_.layers[static_cast<size_t>(L + 1)].input_norm : nullptr);
       if (observer) observe(observer, L + 1, n);
     }
     position_ += n;
@@ -898,7 +918,8 @@ class CudaBackend final : public Backend {
                            p_.q16,
                            kc,
                            vc,
-                           max_context_};
+                           max_context_,
+                           prefill_overlap()};
     timer_.mark("attention: norm, rope, cache");
     attention_prep(prep, stream_);
     AttentionPrefillArgs at{p_.q16,
@@ -916,6 +937,7 @@ class CudaBackend final : public Backend {
                             q_stride,
                             p_.att16};
     at.variant = attention_;
+    at.overlap = prefill_overlap();
     timer_.mark("attention: flash prefill");
     attention_prefill(at, stream_);
     timer_.mark("attention: o projection");
@@ -926,41 +948,68 @@ class CudaBackend final : public Backend {
     const int64_t H = cfg_.hidden_size, C = cfg_.conv_channels(), Vt = cfg_.lin_v_total(),
                   Hv = cfg_.lin_n_v_heads;
     timer_.mark("deltanet: qkv z b a projections");
-    const int64_t ld = project_in(w.in_proj, {w.qkv, w.z, w.b, w.a}, p_.dn_in, n);
-    const float *qkv = p_.dn_in, *z = qkv + C, *b = z + Vt, *a = b + Hv;
+    // In bf16 (deltanet_in_bf16_) in the f32 buffer: read by the conv, the gated norm and the gates
+    // only, which then move half the bytes.
+    uint16_t* const in16 = deltanet_in_bf16_ ? reinterpret_cast<uint16_t*>(p_.dn_in) : nullptr;
+    const int64_t ld = project_in(w.in_proj, {w.qkv, w.z, w.b, w.a}, p_.dn_in, n, in16);
+    // Where q|k|v, z, b and a start in either buffer.
+    const int64_t at_z = C, at_b = at_z + Vt, at_a = at_b + Hv;
+    const float* const in32 = in16 ? nullptr : p_.dn_in;
+    const auto f32_at = [&](int64_t col) { return in32 ? in32 + col : nullptr; };
+    const auto bf16_at = [&](int64_t col) { return in16 ? in16 + col : nullptr; };
     const auto& [conv_state, rec_state] = deltanet_state_[static_cast<size_t>(slot)];
     timer_.mark("deltanet: conv, gates");
-    DeltaNetConvArgs conv{qkv, ld, n, C, w.conv, cfg_.conv_kernel, conv_state, p_.conv, C};
+    DeltaNetConvArgs conv{in32, ld, n, C, w.conv, cfg_.conv_kernel, conv_state, p_.conv, C};
+    conv.in_bf16 = in16;
+    conv.overlap = prefill_overlap();
     conv.row_parallel = row_parallel_conv_;
     if (row_parallel_conv_ && deltanet_conv_norms(cfg_.lin_k_dim)) {  // q and k normalised in the conv
       conv.norm_heads = cfg_.lin_n_k_heads;
       conv.norm_dim = cfg_.lin_k_dim;
     }
     deltanet_conv(conv, stream_);
-    deltanet_prepare({p_.conv, C, n, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, b, a, ld,
-                      w.a_neg, w.dt_bias, p_.beta, p_.decay, conv.norm_heads > 0},
-                     stream_);
+    DeltaNetPrepareArgs gates{p_.conv,
+                              C,
+                              n,
+                              cfg_.lin_n_k_heads,
+                              cfg_.lin_k_dim,
+                              cfg_.lin_n_v_heads,
+                              f32_at(at_b),
+                              f32_at(at_a),
+                              ld,
+                              w.a_neg,
+                              w.dt_bias,
+                              p_.beta,
+                              p_.decay,
+                              conv.norm_heads > 0};
+    gates.b_bf16 = bf16_at(at_b);
+    gates.a_bf16 = bf16_at(at_a);
+    gates.overlap = prefill_overlap();
+    deltanet_prepare(gates, stream_);
     timer_.mark("deltanet: scan");
-    const DeltaNetScanArgs scan{p_.conv,
-                                C,
-                                p_.beta,
-                                p_.decay,
-                                n,
-                                cfg_.lin_n_k_heads,
-                                cfg_.lin_n_v_heads,
-                                cfg_.lin_k_dim,
-                                cfg_.lin_v_dim,
-                                rec_state,
-                                p_.dn_out,
-                                Vt};
+    DeltaNetScanArgs scan{p_.conv,
+                          C,
+                          p_.beta,
+                          p_.decay,
+                          n,
+                          cfg_.lin_n_k_heads,
+                          cfg_.lin_n_v_heads,
+                          cfg_.lin_k_dim,
+                          cfg_.lin_v_dim,
+                          rec_state,
+                          p_.dn_out,
+                          Vt};
+    scan.overlap = prefill_overlap();
     if (chunked_scan_ && n >= kChunkedScanMinRows && deltanet_chunked_supported(scan))
       deltanet_chunked_scan(scan, p_.dn_chunked, stream_);
     else
       deltanet_scan(scan, stream_);
     timer_.mark("deltanet: gated norm");
-    gated_rms_norm_rows({p_.dn_out, Vt, z, ld, n, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm,
-                         cfg_.rms_norm_eps, nullptr, p_.dn16, Vt},
-                        stream_);
+    GatedNormArgs norm{p_.dn_out,      Vt,     f32_at(at_z),      ld,      n,       cfg_.lin_n_v_heads,
+                       cfg_.lin_v_dim, w.norm, cfg_.rms_norm_eps, nullptr, p_.dn16, Vt};
+    norm.z_bf16 = bf16_at(at_z);
+    norm.overlap = prefill_overlap();
+    gated_rms_norm_rows(norm, stream_);
     timer_.mark("deltanet: out projection");
     gemm_one(w.out, p_.dn16, Vt, n, p_.hidden, H, true);
   }
@@ -977,7 +1026,8 @@ class CudaBackend final : public Backend {
     return wide_expert_tiles_ && n * k >= 112 * E ? 144 : 128;
   }
 
-  void prefill_moe(const CudaMoeWeights& w, int64_t n) {
+  // next_norm: the next layer's input norm, which the combine then computes into p_.normed.
+  void prefill_moe(const CudaMoeWeights& w, int64_t n, const float* next_norm) {
     // The shared expert needs no routing: on the side stream it fills the SMs that the router and the
     // grouping (narrow launches, one block for the counts) leave idle. Serial while stages are timed,
     // so each stage keeps its own time.
@@ -1014,9 +1064,10 @@ class CudaBackend final : public Backend {
       }
     }
     timer_.mark("moe: route, group");
-    moe_route(p_.router, ld_route, n, static_cast<int>(E), static_cast<int>(k), p_.ids, p_.weights, stream_);
+    moe_route(p_.router, ld_route, n, static_cast<int>(E), static_cast<int>(k), p_.ids, p_.weights, stream_,
+              prefill_overlap());
     p_.grouping.tile_rows = expert_tile_rows(n);
-    moe_group(p_.ids, n, static_cast<int>(k), static_cast<int>(E), p_.grouping, stream_);
+    moe_group(p_.ids, n, static_cast<int>(k), static_cast<int>(E), p_.grouping, stream_, prefill_overlap());
 
     GemmArgs gu = expert_gate_up(w, 0, I, p_.gate_up);
     gu.x_rows = p_.grouping.slot_row;
@@ -1024,6 +1075,7 @@ class CudaBackend final : public Backend {
     gu.tile_count = p_.grouping.tile_count;
     gu.max_tiles = moe_max_tiles(n * k, static_cast<int>(E));
     gu.tile_rows = p_.grouping.tile_rows;
+    gu.overlap = prefill_overlap();
     // The wgmma kernel applies SwiGLU in its epilogue (GemmArgs::act); the others leave gate|up in f32
     // for the swiglu kernel.
     const bool fused_swiglu = gemm_kernel_ == GemmKernel::kWgmma && I % 64 == 0;
@@ -1059,6 +1111,13 @@ class CudaBackend final : public Backend {
                  p_.grouping.slot_of, p_.down, H, p_.shared_down,      H,
                  shared_logit,        ld_logit};
     c.down16 = down16;
+    // Plain after the side stream's join: an event wait, not a kernel, comes before it.
+    c.overlap = prefill_overlap() && !side;
+    if (next_norm) {
+      c.norm_weight = next_norm;
+      c.eps = cfg_.rms_norm_eps;
+      c.normed = p_.normed;
+    }
     timer_.mark("moe: combine");
     moe_combine(c, stream_);
   }
@@ -1109,6 +1168,14 @@ class CudaBackend final : public Backend {
     gemm_one(w.shared_down, p_.shared_act, S, n, p_.shared_down, H, false, s);
   }
 
+  // Prefill kernels on stream_ as programmatic dependent launches (set per chunk): serial while stages
+  // are timed (the timer's events between them keep each stage's own time), and for chunks under
+  // kOverlapMinRows: 512- and 1K-row chunks lost 3-4 % with them, 2K gained 1 %, 4K and 32K 0.3-0.4 %.
+  // (Likely, not measured: most launches of short chunks are under a wave, and blocks placed early
+  // pile up on the SMs that free first instead of spreading over all of them.)
+  static constexpr int64_t kOverlapMinRows = 2048;
+  bool prefill_overlap() const { return chunk_overlap_; }
+
   // Row stride of the prefill router's output: E logits and the shared gate's, rounded up to whole
   // 16-byte pieces so the GEMM stores rows as such.
   int64_t route_ld() const { return (int64_t{cfg_.n_experts} + 1 + 3) / 4 * 4; }
@@ -1152,8 +1219,12 @@ class CudaBackend final : public Backend {
   bool router_gemm_ = true;  // the f32 router as gemm_f32 from 1K rows; off: a gemv per row
   bool chunked_scan_ = true;
   bool down_bf16_ = true;
+  bool deltanet_in_bf16_ = true;  // the DeltaNet input projections' rows in bf16
   bool wide_expert_tiles_ = true;
-  bool shared_overlap_ = true;  // the prefill shared expert on side_
+  bool shared_overlap_ = true;   // the prefill shared expert on side_
+  bool prefill_overlap_ = true;  // programmatic dependent launches of prefill's kernels on stream_
+  bool combine_norm_ = true;     // the MoE combine computes the next layer's input norm
+  bool chunk_overlap_ = false;   // prefill_overlap() of the chunk running
   bool stack_in_proj_ = true;
   AttentionPrefillVariant attention_ = AttentionPrefillVariant::kWgmma;
   bool q8_;  // BackendOptions::device_int8, unless exact

@@ -87,6 +87,7 @@ struct AttentionPrefillArgs {
   // Older variants are kept for ablations (attention_prefill_cuda.cu says what each does); kWgmma
   // takes head_dim 64, 128 and 256 and runs kPipelined for 32.
   AttentionPrefillVariant variant = AttentionPrefillVariant::kWgmma;
+  bool overlap = false;  // a programmatic dependent launch (cuda_launch.h)
 };
 void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t stream);
 

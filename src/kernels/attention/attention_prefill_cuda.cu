@@ -41,6 +41,7 @@ struct Smem {
 
 template <int HD, Variant V>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionPrefillArgs a) {
+  wait_and_let_next_start();
   using L = Smem<HD, V>;
   constexpr int kLdQ = L::kLdQ, kLdV = L::kLdV, kKeys = L::kKeys;
   constexpr bool kTransV = V == kTransposed;
@@ -214,7 +215,8 @@ void launch_variant(const AttentionPrefillArgs& a, cudaStream_t stream) {
     configured = true;
   }
   const dim3 grid(static_cast<unsigned>(a.n_heads), blocks_for(a.n, kRows));
-  prefill_kernel<HD, V><<<grid, kThreads, Smem<HD, V>::kBytes, stream>>>(a);
+  launch_kernel(prefill_kernel<HD, V>, grid, dim3(kThreads), Smem<HD, V>::kBytes, stream, a.overlap,
+                "attention_prefill", a);
 }
 
 template <int HD>
@@ -237,10 +239,7 @@ void launch(const AttentionPrefillArgs& a, cudaStream_t stream) {
 
 void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
-  if (a.variant == AttentionPrefillVariant::kWgmma && attention_prefill_wgmma(a, stream)) {
-    check_launch("attention_prefill");
-    return;
-  }
+  if (a.variant == AttentionPrefillVariant::kWgmma && attention_prefill_wgmma(a, stream)) return;
   switch (a.head_dim) {
     case 32:
       launch<32>(a, stream);
@@ -257,7 +256,6 @@ void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t stream) {
     default:
       check(cudaErrorInvalidValue, "attention_prefill: head_dim must be 32, 64, 128 or 256");
   }
-  check_launch("attention_prefill");
 }
 
 }  // namespace qwick::cuda

@@ -90,6 +90,7 @@ __device__ __forceinline__ void pv_product(float (&o)[HD / 2], const uint32_t (&
 
 template <int HD, int G>
 __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(AttentionPrefillArgs a) {
+  wait_and_let_next_start();
   using L = WgLayout<HD, G>;
   constexpr int kThreads = 128 * G;
   extern __shared__ uint8_t smem_unaligned[];
@@ -265,7 +266,8 @@ void launch(const AttentionPrefillArgs& a, cudaStream_t stream) {
     configured = true;
   }
   const dim3 grid(static_cast<unsigned>(a.n_heads / G), blocks_for(a.n, kRows));
-  prefill_wgmma_kernel<HD, G><<<grid, 128 * G, L::kBytes, stream>>>(a);
+  launch_kernel(prefill_wgmma_kernel<HD, G>, grid, dim3(128 * G), L::kBytes, stream, a.overlap,
+                "attention_prefill (wgmma)", a);
 }
 
 template <int HD>

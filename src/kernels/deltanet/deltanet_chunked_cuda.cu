@@ -57,6 +57,7 @@ struct PrepSmem {
 
 template <int DK>
 __global__ void __launch_bounds__(kPrepThreads, 2) chunk_prepare_kernel(DeltaNetScanArgs a, Workspace ws) {
+  wait_and_let_next_start();
   using Sm = PrepSmem<DK>;
   extern __shared__ float4 smem4[];
   float* sm = reinterpret_cast<float*>(smem4);
@@ -217,6 +218,7 @@ struct ScanSmem {
 
 template <int DK, bool SPLIT>
 __global__ void __launch_bounds__(kScanWarps * 32, 1) chunk_scan_kernel(DeltaNetScanArgs a, Workspace ws) {
+  wait_and_let_next_start();
   using Sm = ScanSmem<DK>;
   static_assert(DK / 16 * 2 <= kScanWarps, "a warp per 16 state rows and 16 columns");
   constexpr int kThreads = kScanWarps * 32, kHalf = kCols / 2;
@@ -403,12 +405,11 @@ void launch(const DeltaNetScanArgs& a, const Workspace& ws, cudaStream_t stream)
     return true;
   }();
   (void)configured;
-  chunk_prepare_kernel<DK><<<dim3(static_cast<unsigned>(ws.chunks), static_cast<unsigned>(a.Hk)),
-                             kPrepThreads, prep_bytes, stream>>>(a, ws);
-  check_launch("deltanet_chunk_prepare");
-  chunk_scan_kernel<DK, SPLIT><<<dim3(static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.Dv / kCols)),
-                                 kScanWarps * 32, scan_bytes, stream>>>(a, ws);
-  check_launch("deltanet_chunk_scan");
+  launch_kernel(chunk_prepare_kernel<DK>, dim3(static_cast<unsigned>(ws.chunks), static_cast<unsigned>(a.Hk)),
+                dim3(kPrepThreads), prep_bytes, stream, a.overlap, "deltanet_chunk_prepare", a, ws);
+  launch_kernel(chunk_scan_kernel<DK, SPLIT>,
+                dim3(static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.Dv / kCols)), dim3(kScanWarps * 32),
+                scan_bytes, stream, a.overlap, "deltanet_chunk_scan", a, ws);
 }
 
 bool aligned(const void* p, uintptr_t bytes) {

@@ -16,6 +16,7 @@ __device__ __forceinline__ float inv_l2(float sumsq) {
 
 template <int K>
 __global__ void conv_kernel(DeltaNetConvArgs a) {
+  wait_and_let_next_start();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= a.C) return;
   float w[K], hist[K - 1];
@@ -24,7 +25,7 @@ __global__ void conv_kernel(DeltaNetConvArgs a) {
 #pragma unroll
   for (int j = 0; j < K - 1; ++j) hist[j] = a.state[j * a.C + c];
   for (int64_t t = 0; t < a.n; ++t) {
-    const float x = a.in[t * a.ld_in + c];
+    const float x = f32_or_bf16(a.in, a.in_bf16, t * a.ld_in + c);
     float acc = 0.0f;
 #pragma unroll
     for (int j = 0; j < K - 1; ++j) acc += w[j] * hist[j];
@@ -67,25 +68,47 @@ __device__ __forceinline__ float warp_sums16(float (&v)[16]) {
 // reading it). With norm_heads, a block's q and k heads (whole warps: norm_dim >= 32) are
 // L2-normalised per row before the store, their sums of squares reduced per warp and then over the
 // head's warps through shared memory: the norms then cost no pass over memory of their own.
+// bf16 inputs come through shared memory in 16-byte pieces where the rows allow: each thread's own
+// 2-byte loads keep half the bytes of f32 ones in flight (the conv then read at ~2 TB/s, slower than
+// from f32 rows).
 constexpr int kConvRows = 16, kConvThreads = 128;
 template <int K>
 __global__ void __launch_bounds__(kConvThreads) conv_rows_kernel(DeltaNetConvArgs a) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kConvThreads + threadIdx.x;
+  wait_and_let_next_start();
+  const int64_t block_c0 = static_cast<int64_t>(blockIdx.x) * kConvThreads, c = block_c0 + threadIdx.x;
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kConvRows;
   const bool active = c < a.C;  // (no early return: the norms' barrier)
+  const int rows = a.n - t0 < kConvRows ? static_cast<int>(a.n - t0) : kConvRows;
+  // Rows t0 - (K - 1) .. t0 + rows - 1 of the input (those >= 0), at K - 1 + (row - t0).
+  __shared__ __align__(16) uint16_t staged[K - 1 + kConvRows][kConvThreads];
+  const bool stage = a.in_bf16 && a.ld_in % 8 == 0 && reinterpret_cast<uintptr_t>(a.in_bf16) % 16 == 0 &&
+                     block_c0 + kConvThreads <= a.C;  // uniform over the block
+  if (stage) {
+    constexpr int kPieces = kConvThreads / 8;  // 8 channels a piece
+    for (int i = threadIdx.x; i < (K - 1 + rows) * kPieces; i += kConvThreads) {
+      const int r = i / kPieces, piece = i % kPieces;
+      const int64_t src = t0 - (K - 1) + r;
+      if (src >= 0)
+        *reinterpret_cast<uint4*>(&staged[r][8 * piece]) =
+            *reinterpret_cast<const uint4*>(a.in_bf16 + src * a.ld_in + block_c0 + 8 * piece);
+    }
+    __syncthreads();
+  }
+  const auto input = [&](int64_t src) {  // row src >= 0 of channel c
+    return stage ? bf16_to_f32(staged[src - t0 + K - 1][threadIdx.x])
+                 : f32_or_bf16(a.in, a.in_bf16, src * a.ld_in + c);
+  };
   float w[K], hist[K - 1];
 #pragma unroll
   for (int j = 0; j < K; ++j) w[j] = active ? a.w[c * K + j] : 0.0f;
 #pragma unroll
   for (int j = 0; j < K - 1; ++j) {
     const int64_t src = t0 - (K - 1) + j;  // < 0: position K - 1 + src of the window
-    hist[j] = !active ? 0.0f : src < 0 ? a.state[(K - 1 + src) * a.C + c] : a.in[src * a.ld_in + c];
+    hist[j] = !active ? 0.0f : src < 0 ? a.state[(K - 1 + src) * a.C + c] : input(src);
   }
-  const int rows = a.n - t0 < kConvRows ? static_cast<int>(a.n - t0) : kConvRows;
   float x[kConvRows];
 #pragma unroll
-  for (int r = 0; r < kConvRows; ++r)
-    x[r] = active && r < rows ? a.in[(t0 + r) * a.ld_in + c] : 0.0f;  // all in flight
+  for (int r = 0; r < kConvRows; ++r) x[r] = active && r < rows ? input(t0 + r) : 0.0f;  // all in flight
   float y[kConvRows];
 #pragma unroll
   for (int r = 0; r < kConvRows; ++r) {
@@ -99,8 +122,7 @@ __global__ void __launch_bounds__(kConvThreads) conv_rows_kernel(DeltaNetConvArg
     y[r] = siluf_(acc);  // 0 for an inactive channel
   }
 
-  const int64_t block_c0 = static_cast<int64_t>(blockIdx.x) * kConvThreads,
-                qk_channels = 2 * int64_t{a.norm_heads} * a.norm_dim;
+  const int64_t qk_channels = 2 * int64_t{a.norm_heads} * a.norm_dim;
   if (block_c0 < qk_channels) {  // uniform over the block
     // Sums of squares per warp and row, then per head and row its factor (once, not per channel).
     __shared__ float warp_ss[kConvThreads / 32][kConvRows], factor[kConvThreads / 32][kConvRows];
@@ -136,13 +158,14 @@ __global__ void __launch_bounds__(kConvThreads) conv_rows_kernel(DeltaNetConvArg
 // The window after the chunk: the last K - 1 rows of [window state; input], per channel.
 template <int K>
 __global__ void conv_window_kernel(DeltaNetConvArgs a) {
+  wait_and_let_next_start();  // (also for conv_rows_kernel's reads of the window)
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= a.C) return;
   float next[K - 1];
 #pragma unroll
   for (int j = 0; j < K - 1; ++j) {
     const int64_t src = a.n - (K - 1) + j;
-    next[j] = src < 0 ? a.state[(K - 1 + src) * a.C + c] : a.in[src * a.ld_in + c];
+    next[j] = src < 0 ? a.state[(K - 1 + src) * a.C + c] : f32_or_bf16(a.in, a.in_bf16, src * a.ld_in + c);
   }
 #pragma unroll
   for (int j = 0; j < K - 1; ++j) a.state[j * a.C + c] = next[j];
@@ -152,11 +175,12 @@ template <int K>
 void launch_conv(const DeltaNetConvArgs& a, cudaStream_t stream) {
   const unsigned blocks = blocks_for(a.C, 128);
   if ((a.row_parallel && a.n > 1) || a.norm_heads > 0) {
-    conv_rows_kernel<K>
-        <<<dim3(blocks_for(a.C, kConvThreads), blocks_for(a.n, kConvRows)), kConvThreads, 0, stream>>>(a);
-    conv_window_kernel<K><<<blocks, 128, 0, stream>>>(a);
+    launch_kernel(conv_rows_kernel<K>, dim3(blocks_for(a.C, kConvThreads), blocks_for(a.n, kConvRows)),
+                  dim3(kConvThreads), 0, stream, a.overlap, "deltanet_conv", a);
+    launch_kernel(conv_window_kernel<K>, dim3(blocks), dim3(128), 0, stream, a.overlap,
+                  "deltanet_conv_window", a);
   } else {
-    conv_kernel<K><<<blocks, 128, 0, stream>>>(a);
+    launch_kernel(conv_kernel<K>, dim3(blocks), dim3(128), 0, stream, a.overlap, "deltanet_conv", a);
   }
 }
 
@@ -169,6 +193,7 @@ __device__ __forceinline__ void gates(float b, float a, float a_neg, float dt_bi
 
 // One block per row: a warp per q or k head, then the gates.
 __global__ void prepare_kernel(DeltaNetPrepareArgs a) {
+  wait_and_let_next_start();
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   const float q_scale = 1.0f / sqrtf(static_cast<float>(a.Dk));
@@ -182,8 +207,8 @@ __global__ void prepare_kernel(DeltaNetPrepareArgs a) {
     for (int i = lane; i < a.Dk; i += 32) x[i] = x[i] * inv * scale;
   }
   for (int h = threadIdx.x; h < a.Hv; h += blockDim.x)
-    gates(a.b[t * a.ld_ba + h], a.a[t * a.ld_ba + h], a.a_neg[h], a.dt_bias[h], a.beta[t * a.Hv + h],
-          a.decay[t * a.Hv + h]);
+    gates(f32_or_bf16(a.b, a.b_bf16, t * a.ld_ba + h), f32_or_bf16(a.a, a.a_bf16, t * a.ld_ba + h),
+          a.a_neg[h], a.dt_bias[h], a.beta[t * a.Hv + h], a.decay[t * a.Hv + h]);
 }
 
 constexpr int kScanRowsPerWarp = 8;
@@ -255,6 +280,7 @@ __device__ __forceinline__ float token_step(float (&S)[kScanRowsPerWarp][EPL], c
 
 template <int EPL>  // state values per lane per row = Dk / 32
 __global__ void __launch_bounds__(kScanWarps * 32) scan_kernel(DeltaNetScanArgs a) {
+  wait_and_let_next_start();
   const int h = blockIdx.x, kh = h / (a.Hv / a.Hk);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int j0 = blockIdx.y * kScanRowsPerBlock + warp * kScanRowsPerWarp;
@@ -495,18 +521,18 @@ void deltanet_conv(const DeltaNetConvArgs& a, cudaStream_t stream) {
     default:
       check(cudaErrorInvalidValue, "deltanet_conv: kernel size must be 2..4");
   }
-  check_launch("deltanet_conv");
 }
 
 void deltanet_prepare(const DeltaNetPrepareArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
-  prepare_kernel<<<static_cast<unsigned>(a.n), a.qk_normalised ? 32 : 256, 0, stream>>>(a);  // gates: a warp
-  check_launch("deltanet_prepare");
+  launch_kernel(prepare_kernel, dim3(static_cast<unsigned>(a.n)), dim3(a.qk_normalised ? 32 : 256), 0, stream,
+                a.overlap, "deltanet_prepare", a);  // gates only: a warp
 }
 
 void deltanet_decode_step(const DeltaNetDecodeStepArgs& a, cudaStream_t stream) {
   if (a.conv.n != 1 || a.Dv % kScanRowsPerBlock != 0 || a.Hk <= 0 || a.Hv % a.Hk != 0)
     check(cudaErrorInvalidValue, "deltanet_decode_step: shape");
+  if (a.conv.in_bf16) check(cudaErrorInvalidValue, "deltanet_decode_step: f32 input only");
   if (a.z.rows > 0) {
     if (!deltanet_decode_step_carries_z(a.Dk, a.conv.K, a.z))
       check(cudaErrorInvalidValue, "deltanet_decode_step: cannot carry this z projection");
@@ -532,20 +558,22 @@ void deltanet_scan(const DeltaNetScanArgs& a, cudaStream_t stream) {
   if (a.Dv % kScanRowsPerBlock != 0 || a.Hv % a.Hk != 0)
     check(cudaErrorInvalidValue, "deltanet_scan: Dv must be a multiple of 32 and Hv of Hk");
   const dim3 grid(static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.Dv / kScanRowsPerBlock));
+  const auto launch = [&](auto kernel) {
+    launch_kernel(kernel, grid, dim3(kScanWarps * 32), 0, stream, a.overlap, "deltanet_scan", a);
+  };
   switch (a.Dk) {
     case 32:
-      scan_kernel<1><<<grid, kScanWarps * 32, 0, stream>>>(a);
+      launch(scan_kernel<1>);
       break;
     case 64:
-      scan_kernel<2><<<grid, kScanWarps * 32, 0, stream>>>(a);
+      launch(scan_kernel<2>);
       break;
     case 128:
-      scan_kernel<4><<<grid, kScanWarps * 32, 0, stream>>>(a);
+      launch(scan_kernel<4>);
       break;
     default:
       check(cudaErrorInvalidValue, "deltanet_scan: Dk must be 32, 64 or 128");
   }
-  check_launch("deltanet_scan");
 }
 
 }  // namespace qwick::cuda

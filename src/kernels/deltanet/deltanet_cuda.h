@@ -44,6 +44,10 @@ struct DeltaNetConvArgs {
   // scaled by norm_dim^-1/2: deltanet_prepare's norms (then run it with qk_normalised). Any n; the
   // rows are then always taken in runs (row_parallel's kernel).
   int norm_heads = 0, norm_dim = 0;
+  // The pre-conv rows in bf16 (read instead of `in`, same ld_in): the prefill input projection's
+  // output, which the conv then reads in half the bytes. Not for the decode step.
+  const uint16_t* in_bf16 = nullptr;
+  bool overlap = false;  // programmatic dependent launches (cuda_launch.h); not for the decode step
 };
 void deltanet_conv(const DeltaNetConvArgs& a, cudaStream_t stream);
 // Head sizes whose norms deltanet_conv can do (norm_dim).
@@ -59,11 +63,14 @@ struct DeltaNetPrepareArgs {
   const float* b;  // [n, ld_ba]
   const float* a;
   int64_t ld_ba;
-  const float* a_neg;          // [Hv]: -exp(A_log)
-  const float* dt_bias;        // [Hv]
-  float* beta;                 // [n, Hv]
-  float* decay;                // [n, Hv]
-  bool qk_normalised = false;  // deltanet_conv did the norms (norm_heads): the gates only
+  const float* a_neg;                // [Hv]: -exp(A_log)
+  const float* dt_bias;              // [Hv]
+  float* beta;                       // [n, Hv]
+  float* decay;                      // [n, Hv]
+  bool qk_normalised = false;        // deltanet_conv did the norms (norm_heads): the gates only
+  const uint16_t* b_bf16 = nullptr;  // b and a in bf16, read instead of b and a (same ld_ba)
+  const uint16_t* a_bf16 = nullptr;
+  bool overlap = false;  // a programmatic dependent launch (cuda_launch.h)
 };
 void deltanet_prepare(const DeltaNetPrepareArgs& a, cudaStream_t stream);
 
@@ -77,6 +84,7 @@ struct DeltaNetScanArgs {
   float* state;        // [Hv, Dv, Dk]
   float* out;          // [n, ld_out], value head h at h·Dv
   int64_t ld_out;
+  bool overlap = false;  // programmatic dependent launches (cuda_launch.h), of the chunked scan too
 };
 void deltanet_scan(const DeltaNetScanArgs& a, cudaStream_t stream);
 

@@ -140,9 +140,9 @@ void gemm(const GemmArgs& a, cudaStream_t stream) {
   const unsigned tiles = a.tiles ? static_cast<unsigned>(a.max_tiles) : blocks_for(a.n, kTile);
   if (tiles == 0) return;
   const dim3 grid(blocks_for(a.N, kTile), tiles);
-  with_device_format(a.format, "gemm: weights must be affine 4/8-bit or bf16 on the GPU",
-                     [&](auto f) { gemm_kernel<f.value><<<grid, kThreads, 0, stream>>>(a); });
-  check_launch("gemm");
+  with_device_format(a.format, "gemm: weights must be affine 4/8-bit or bf16 on the GPU", [&](auto f) {
+    launch_kernel(gemm_kernel<f.value>, grid, dim3(kThreads), 0, stream, a.overlap, "gemm", a);
+  });
 }
 
 }  // namespace qwick::cuda

@@ -242,7 +242,8 @@ void launch(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
   }();
   (void)raised;
   const dim3 grid(blocks_for(a.N, kBN), row_tiles);
-  gemm_pipelined_kernel<F, BM><<<grid, L::kThreads, L::kBytes, stream>>>(a);
+  launch_kernel(gemm_pipelined_kernel<F, BM>, grid, dim3(L::kThreads), L::kBytes, stream, a.overlap,
+                "gemm_pipelined", a);
 }
 
 template <int BM>
@@ -261,7 +262,6 @@ void gemm_pipelined(const GemmArgs& a, cudaStream_t stream) {
     launch_format<128>(a, t.tiles, stream);
   else
     launch_format<64>(a, t.tiles, stream);
-  check_launch("gemm_pipelined");
 }
 
 }  // namespace qwick::cuda

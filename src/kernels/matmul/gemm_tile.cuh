@@ -18,9 +18,11 @@ struct GemmBlock {
   DeviceMatrix m;
   DeviceMatrix up;  // SwiGLU launches (GemmArgs::act): m is gate; tile_matrix says which rows come from up
 };
-// False when the tile list is shorter than the grid and this block has no tile.
+// False when the tile list is shorter than the grid and this block has no tile. Every GEMM kernel
+// starts here (GemmArgs::overlap: the tile list and X come from the kernels before).
 template <int BM, int BN>
 __device__ __forceinline__ bool gemm_block(const GemmArgs& a, GemmBlock* b) {
+  wait_and_let_next_start();
   int group = 0;
   if (a.tiles) {
     if (static_cast<int64_t>(blockIdx.y) >= *a.tile_count) return false;

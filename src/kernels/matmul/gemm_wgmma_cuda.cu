@@ -380,7 +380,8 @@ void launch(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
   }();
   (void)raised;
   const dim3 grid(blocks_for(a.N, kBW), row_tiles);
-  gemm_wgmma_kernel<F, BT><<<grid, kThreads, L::kBytes, stream>>>(a);
+  launch_kernel(gemm_wgmma_kernel<F, BT>, grid, dim3(kThreads), L::kBytes, stream, a.overlap, "gemm_wgmma",
+                a);
 }
 
 template <int BT>
@@ -411,7 +412,6 @@ void gemm_wgmma(const GemmArgs& a, cudaStream_t stream) {
     launch_format<128>(a, t.tiles, stream);
   else
     launch_format<64>(a, t.tiles, stream);
-  check_launch("gemm_wgmma");
 }
 
 }  // namespace qwick::cuda

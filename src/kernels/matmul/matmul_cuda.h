@@ -120,6 +120,7 @@ struct GemmArgs {
   // Tile lists: the most slots a tile holds, kGemmTileRows, (not for the simple kernel) 128, or (the
   // wgmma kernel) 144: an expert's rows at a 4096-row chunk, 128 on average, then mostly fit one tile.
   int tile_rows = 0;
+  bool overlap = false;  // may start before the previous kernel ends (launch_kernel in cuda_launch.h)
 };
 void gemm(const GemmArgs& args, cudaStream_t stream);
 // The arguments of a plain GEMM with one matrix: y[s] = m · x[s] for n slots, x bf16 rows of ldx, y f32

@@ -9,6 +9,7 @@ namespace {
 
 __global__ void route_kernel(const float* logits, int64_t ld, int64_t n, int E, int k, int32_t* ids,
                              float* weights) {
+  wait_and_let_next_start();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (t >= n) return;
   route_one(logits + t * ld, E, k, ids + t * k, weights + t * k);
@@ -65,6 +66,7 @@ constexpr int kGroupThreads = 1024, kBatch = 8;
 __global__ void __launch_bounds__(kGroupThreads)
     count_kernel(const int32_t* ids, int64_t pairs, int E, int tile_rows, int32_t* offsets, int32_t* fill,
                  GemmTile* tiles, int32_t* tile_count) {
+  wait_and_let_next_start();
   __shared__ int32_t counts[kGroupThreads];
   __shared__ int32_t totals[2][32];
   const int e = threadIdx.x;
@@ -100,6 +102,7 @@ __global__ void __launch_bounds__(kGroupThreads)
 
 __global__ void scatter_kernel(const int32_t* ids, int64_t pairs, int k, int32_t* fill, int32_t* slot_row,
                                int32_t* slot_of) {
+  wait_and_let_next_start();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= pairs) return;
   const int32_t s = atomicAdd(&fill[ids[i]], 1);
@@ -133,11 +136,13 @@ __device__ __forceinline__ void add_scaled(float4& acc, float w, const float4& v
   acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
 }
 
-// A thread per four outputs of a row, the experts' rows read with vector loads.
+// A thread per four outputs of a row, the experts' rows read with vector loads. With the norm, a block
+// per row.
 __global__ void combine_kernel(MoeCombine c) {
+  wait_and_let_next_start();
   const int64_t t = blockIdx.y;
   const int64_t h = 4 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
-  if (h >= c.H) return;
+  if (h >= c.H) return;  // (never with the norm: its barriers)
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   add_scaled(acc, sigmoidf_(c.shared_logit[t * c.ld_logit]), load4(c.shared + t * c.ld_shared + h));
 #pragma unroll 8
@@ -150,16 +155,23 @@ __global__ void combine_kernel(MoeCombine c) {
   float4 x = *out;
   add_scaled(x, 1.0f, acc);
   *out = x;
+  if (!c.normed) return;
+  __shared__ float scratch[32];
+  const float ss = block_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(c.H) + c.eps);
+  const float4 w = load4(c.norm_weight + h);
+  *reinterpret_cast<uint2*>(c.normed + t * c.H + h) = make_uint2(
+      pack_bf16x2(x.x * inv * w.x, x.y * inv * w.y), pack_bf16x2(x.z * inv * w.z, x.w * inv * w.w));
 }
 
 }  // namespace
 
 void moe_route(const float* logits, int64_t ld, int64_t n, int E, int k, int32_t* ids, float* weights,
-               cudaStream_t stream) {
+               cudaStream_t stream, bool overlap) {
   if (E > 32 * kMaxExpertsPerLane || k > 32 || k > E) check(cudaErrorInvalidValue, "moe_route: expert count");
   if (n == 0) return;
-  route_kernel<<<blocks_for(n, 8), 256, 0, stream>>>(logits, ld, n, E, k, ids, weights);
-  check_launch("moe_route");
+  launch_kernel(route_kernel, dim3(blocks_for(n, 8)), dim3(256), 0, stream, overlap, "moe_route", logits, ld,
+                n, E, k, ids, weights);
 }
 
 void moe_route_decode(const float* logits, int E, int k, int32_t* ids, float* weights, int32_t* gate_up,
@@ -170,17 +182,17 @@ void moe_route_decode(const float* logits, int E, int k, int32_t* ids, float* we
   check_launch("moe_route_decode");
 }
 
-void moe_group(const int32_t* ids, int64_t n, int k, int E, const MoeGrouping& g, cudaStream_t stream) {
+void moe_group(const int32_t* ids, int64_t n, int k, int E, const MoeGrouping& g, cudaStream_t stream,
+               bool overlap) {
   if (E < 1 || E > kGroupThreads) check(cudaErrorInvalidValue, "moe_group: 1 to 1024 experts");
   if (g.tile_rows != 64 && g.tile_rows != 128 && g.tile_rows != 144)
     check(cudaErrorInvalidValue, "moe_group: tiles of 64, 128 or 144 rows");
   const int64_t pairs = n * k;
-  count_kernel<<<1, kGroupThreads, 0, stream>>>(ids, pairs, E, g.tile_rows, g.offsets, g.fill, g.tiles,
-                                                g.tile_count);
-  check_launch("moe_count");
+  launch_kernel(count_kernel, dim3(1), dim3(kGroupThreads), 0, stream, overlap, "moe_count", ids, pairs, E,
+                g.tile_rows, g.offsets, g.fill, g.tiles, g.tile_count);
   if (pairs == 0) return;
-  scatter_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(ids, pairs, k, g.fill, g.slot_row, g.slot_of);
-  check_launch("moe_scatter");
+  launch_kernel(scatter_kernel, dim3(blocks_for(pairs, 256)), dim3(256), 0, stream, overlap, "moe_scatter",
+                ids, pairs, k, g.fill, g.slot_row, g.slot_of);
 }
 
 void swiglu(const float* gate, const float* up, int64_t ld_in, int64_t rows, int64_t width, void* out,
@@ -200,8 +212,11 @@ void moe_combine(const MoeCombine& c, cudaStream_t stream) {
   if (c.H % 4 != 0 || c.ld_down % 4 != 0 || c.ld_shared % 4 != 0 || !aligned(c.hidden, 16) ||
       !aligned(c.shared, 16) || !(c.down16 ? aligned(c.down16, 8) : aligned(c.down, 16)))
     check(cudaErrorInvalidValue, "moe_combine: rows must be multiples of 4 values, 16-byte aligned");
-  combine_kernel<<<dim3(blocks_for(c.H / 4, 256), static_cast<unsigned>(c.n)), 256, 0, stream>>>(c);
-  check_launch("moe_combine");
+  if (c.normed && (!moe_combine_norms(c.H) || !aligned(c.norm_weight, 16) || !aligned(c.normed, 8)))
+    check(cudaErrorInvalidValue, "moe_combine: the norm takes rows of a multiple of 128 values up to 4096");
+  const unsigned threads = c.normed ? static_cast<unsigned>(c.H / 4) : 256;
+  launch_kernel(combine_kernel, dim3(blocks_for(c.H / 4, threads), static_cast<unsigned>(c.n)), dim3(threads),
+                0, stream, c.overlap, "moe_combine", c);
 }
 
 }  // namespace qwick::cuda

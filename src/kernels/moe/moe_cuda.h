@@ -24,8 +24,9 @@
 namespace qwick::cuda {
 
 // logits [n, ld_logits] -> ids [n, k], weights [n, k] (descending weight; ties to the lower id).
+// overlap (here and in moe_group, MoeCombine): programmatic dependent launches (cuda_launch.h).
 void moe_route(const float* logits, int64_t ld_logits, int64_t n, int n_experts, int k, int32_t* ids,
-               float* weights, cudaStream_t stream);
+               float* weights, cudaStream_t stream, bool overlap = false);
 
 // One token: as moe_route, plus gemv index lists (table entries):
 //   gate_up [2k + 2] = gate of the k chosen experts (3·id), their up (3·id + 1), shared gate, shared up
@@ -49,8 +50,8 @@ inline int64_t moe_max_tiles(int64_t pairs, int n_experts) {
   return (pairs + kGemmTileRows - 1) / kGemmTileRows + n_experts;
 }
 // ids [n·k], each in [0, n_experts).
-void moe_group(const int32_t* ids, int64_t n, int k, int n_experts, const MoeGrouping& g,
-               cudaStream_t stream);
+void moe_group(const int32_t* ids, int64_t n, int k, int n_experts, const MoeGrouping& g, cudaStream_t stream,
+               bool overlap = false);
 
 // out[r, j] = silu(gate[r·ld_in + j]) · up[r·ld_in + j] for r < rows, j < width; bf16 when out_bf16.
 void swiglu(const float* gate, const float* up, int64_t ld_in, int64_t rows, int64_t width, void* out,
@@ -102,7 +103,17 @@ struct MoeCombine {
   const float* shared_logit;  // [n] at stride ld_logit
   int64_t ld_logit = 1;
   const uint16_t* down16 = nullptr;  // bf16 [slots, ld_down], read instead of down when set
+  bool overlap = false;
+  // When set, also normed [n, H] = bf16(RMSNorm(hidden) · norm_weight) of the rows just combined (the
+  // next layer's input norm: no pass over hidden of its own). H a multiple of 128, at most 4096.
+  const float* norm_weight = nullptr;
+  float eps = 0.0f;
+  uint16_t* normed = nullptr;
 };
 void moe_combine(const MoeCombine& c, cudaStream_t stream);
+// Row sizes whose norm the combine can compute (MoeCombine::normed).
+constexpr bool moe_combine_norms(int64_t H) {
+  return H % 128 == 0 && H <= 4096;
+}
 
 }  // namespace qwick::cuda

@@ -19,6 +19,7 @@ __device__ __forceinline__ void store4(float* out_f32, uint16_t* out_bf16, int64
 // One block per row, four values a thread at a time (the second pass finds the row in L1).
 __global__ void rms_norm_kernel(const float* x, int64_t H, const float* w, float eps, float* out_f32,
                                 uint16_t* out_bf16) {
+  wait_and_let_next_start();
   __shared__ float scratch[32];
   const float4* row = reinterpret_cast<const float4*>(x + blockIdx.x * H);
   const float4* w4 = reinterpret_cast<const float4*>(w);
@@ -33,24 +34,48 @@ __global__ void rms_norm_kernel(const float* x, int64_t H, const float* w, float
   }
 }
 
+// Four values from i of f32 rows, or of bf16 ones where `bf16` is set (one 8-byte load).
+__device__ __forceinline__ float4 load4(const float* f32, const uint16_t* bf16, int64_t i) {
+  if (!bf16) return *reinterpret_cast<const float4*>(f32 + i);
+  const uint2 p = *reinterpret_cast<const uint2*>(bf16 + i);
+  return make_float4(__uint_as_float(p.x << 16), __uint_as_float(p.x & 0xffff0000u),
+                     __uint_as_float(p.y << 16), __uint_as_float(p.y & 0xffff0000u));
+}
+
 // One warp per (row, head), four values a lane at a time.
 __global__ void gated_norm_kernel(GatedNormArgs a) {
+  wait_and_let_next_start();
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (item >= a.n * a.heads) return;
   const int lane = threadIdx.x & 31;
   const int64_t t = item / a.heads, h = item % a.heads;
   const float* x = a.x + t * a.ld_x + h * a.D;
-  const float* z = a.z + t * a.ld_z + h * a.D;
+  const int64_t z0 = t * a.ld_z + h * a.D;
+  // The head's x and z in registers, every load in flight before the reduction (a second pass over
+  // x with z loaded only then exposed two memory latencies a head).
+  constexpr int kPer = kGatedNormMaxHead / 128;
+  float4 v[kPer], g[kPer];
   float ss = 0.0f;
-  for (int i = 4 * lane; i < a.D; i += 128) ss += sumsq4(*reinterpret_cast<const float4*>(x + i));
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = 4 * lane + 128 * j;
+    if (i >= a.D) break;
+    v[j] = *reinterpret_cast<const float4*>(x + i);
+    g[j] = load4(a.z, a.z_bf16, z0 + i);
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j)
+    if (4 * lane + 128 * j < a.D) ss += sumsq4(v[j]);
   ss = warp_sum(ss);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(a.D) + a.eps);
-  for (int i = 4 * lane; i < a.D; i += 128) {
-    const float4 v = *reinterpret_cast<const float4*>(x + i), g = *reinterpret_cast<const float4*>(z + i),
-                 w = *reinterpret_cast<const float4*>(a.weight + i);
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = 4 * lane + 128 * j;
+    if (i >= a.D) break;
+    const float4 w = *reinterpret_cast<const float4*>(a.weight + i);
     store4(a.out_f32, a.out_bf16, t * a.ld_out + h * a.D + i,
-           make_float4(w.x * (v.x * inv) * siluf_(g.x), w.y * (v.y * inv) * siluf_(g.y),
-                       w.z * (v.z * inv) * siluf_(g.z), w.w * (v.w * inv) * siluf_(g.w)));
+           make_float4(w.x * (v[j].x * inv) * siluf_(g[j].x), w.y * (v[j].y * inv) * siluf_(g[j].y),
+                       w.z * (v[j].z * inv) * siluf_(g[j].z), w.w * (v[j].w * inv) * siluf_(g[j].w)));
   }
 }
 
@@ -76,24 +101,25 @@ bool aligned16(const void* p) {
 }  // namespace
 
 void rms_norm_rows(const float* x, int64_t n, int64_t H, const float* weight, float eps, float* out_f32,
-                   uint16_t* out_bf16, cudaStream_t stream) {
+                   uint16_t* out_bf16, cudaStream_t stream, bool overlap) {
   if (n == 0) return;
   if (H % 4 != 0 || !aligned16(x) || !aligned16(weight) || !aligned16(out_f32) ||
       reinterpret_cast<uintptr_t>(out_bf16) % 8 != 0)
     check(cudaErrorInvalidValue, "rms_norm: rows must be multiples of 4 values, 16-byte aligned");
-  rms_norm_kernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(x, H, weight, eps, out_f32, out_bf16);
-  check_launch("rms_norm");
+  launch_kernel(rms_norm_kernel, dim3(static_cast<unsigned>(n)), dim3(256), 0, stream, overlap, "rms_norm", x,
+                H, weight, eps, out_f32, out_bf16);
 }
 
 void gated_rms_norm_rows(const GatedNormArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
+  if (a.D > kGatedNormMaxHead) check(cudaErrorInvalidValue, "gated_rms_norm: heads of at most 256 values");
   if (a.D % 4 != 0 || a.ld_x % 4 != 0 || a.ld_z % 4 != 0 || a.ld_out % 4 != 0 || !aligned16(a.x) ||
-      !aligned16(a.z) || !aligned16(a.weight) || !aligned16(a.out_f32) ||
-      reinterpret_cast<uintptr_t>(a.out_bf16) % 8 != 0)
+      (a.z_bf16 ? reinterpret_cast<uintptr_t>(a.z_bf16) % 8 != 0 : !aligned16(a.z)) || !aligned16(a.weight) ||
+      !aligned16(a.out_f32) || reinterpret_cast<uintptr_t>(a.out_bf16) % 8 != 0)
     check(cudaErrorInvalidValue,
           "gated_rms_norm: heads and rows must be multiples of 4 values, 16-byte aligned");
-  gated_norm_kernel<<<blocks_for(a.n * a.heads, 8), 256, 0, stream>>>(a);
-  check_launch("gated_rms_norm");
+  launch_kernel(gated_norm_kernel, dim3(blocks_for(a.n * a.heads, 8)), dim3(256), 0, stream, a.overlap,
+                "gated_rms_norm", a);
 }
 
 void embed_rows(const DeviceMatrix& embed, const int32_t* tokens, int64_t n, float* out,

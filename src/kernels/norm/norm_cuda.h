@@ -18,11 +18,13 @@
 namespace qwick::cuda {
 
 // Writes out_f32 and/or out_bf16 (whichever is non-null); rows are H apart in x and out.
+// overlap: a programmatic dependent launch (cuda_launch.h).
 void rms_norm_rows(const float* x, int64_t n, int64_t H, const float* weight, float eps, float* out_f32,
-                   uint16_t* out_bf16, cudaStream_t stream);
+                   uint16_t* out_bf16, cudaStream_t stream, bool overlap = false);
 
+inline constexpr int kGatedNormMaxHead = 256;
 struct GatedNormArgs {
-  const float* x;  // [n, ld_x], heads of D values back to back
+  const float* x;  // [n, ld_x], heads of D values back to back (D at most kGatedNormMaxHead)
   int64_t ld_x;
   const float* z;  // [n, ld_z]
   int64_t ld_z;
@@ -33,6 +35,8 @@ struct GatedNormArgs {
   float* out_f32;  // one of the two, [n, ld_out]
   uint16_t* out_bf16;
   int64_t ld_out;
+  const uint16_t* z_bf16 = nullptr;  // z in bf16, read instead of z (same ld_z; 8-byte aligned)
+  bool overlap = false;              // a programmatic dependent launch (cuda_launch.h)
 };
 void gated_rms_norm_rows(const GatedNormArgs& a, cudaStream_t stream);
 
