@@ -17,6 +17,12 @@ __device__ __forceinline__ float bf16_to_f32(uint16_t h) {
 __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
+// Four bf16 values from one 8-byte load (p 8-byte aligned), as floats.
+__device__ __forceinline__ float4 load4_bf16(const uint16_t* p) {
+  const uint2 q = *reinterpret_cast<const uint2*>(p);
+  return make_float4(__uint_as_float(q.x << 16), __uint_as_float(q.x & 0xffff0000u),
+                     __uint_as_float(q.y << 16), __uint_as_float(q.y & 0xffff0000u));
+}
 // Element i of rows stored in f32, or in bf16 where `bf16` is set (prefill's projections may write
 // either).
 __device__ __forceinline__ float f32_or_bf16(const float* f32, const uint16_t* bf16, int64_t i) {

@@ -128,9 +128,7 @@ __device__ __forceinline__ float4 load4(const float* p) {
   return *reinterpret_cast<const float4*>(p);
 }
 __device__ __forceinline__ float4 load4(const uint16_t* p) {
-  const uint2 q = *reinterpret_cast<const uint2*>(p);
-  return make_float4(__uint_as_float(q.x << 16), __uint_as_float(q.x & 0xffff0000u),
-                     __uint_as_float(q.y << 16), __uint_as_float(q.y & 0xffff0000u));
+  return load4_bf16(p);
 }
 __device__ __forceinline__ void add_scaled(float4& acc, float w, const float4& v) {
   acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;

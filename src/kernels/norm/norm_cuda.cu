@@ -36,10 +36,7 @@ __global__ void rms_norm_kernel(const float* x, int64_t H, const float* w, float
 
 // Four values from i of f32 rows, or of bf16 ones where `bf16` is set (one 8-byte load).
 __device__ __forceinline__ float4 load4(const float* f32, const uint16_t* bf16, int64_t i) {
-  if (!bf16) return *reinterpret_cast<const float4*>(f32 + i);
-  const uint2 p = *reinterpret_cast<const uint2*>(bf16 + i);
-  return make_float4(__uint_as_float(p.x << 16), __uint_as_float(p.x & 0xffff0000u),
-                     __uint_as_float(p.y << 16), __uint_as_float(p.y & 0xffff0000u));
+  return bf16 ? load4_bf16(bf16 + i) : *reinterpret_cast<const float4*>(f32 + i);
 }
 
 // One warp per (row, head), four values a lane at a time.
