@@ -110,8 +110,17 @@ try {
   await t.section("the server is fine afterwards", async () => {
     const h = await fetch(`${server.url}/health`);
     t.eq(h.status, 200, "healthy");
-    const m = await (await fetch(`${server.url}/metrics`)).text();
-    t.ok(/^llamacpp:requests_processing 0$/m.test(m) && /^llamacpp:requests_deferred 0$/m.test(m), "nothing left running or queued");
+    // A client that aborted last may still have its request running: the server learns of the
+    // abort at its next write, which in a sanitizer build can come a few seconds later. So the
+    // check is that the work drains within a bound, not that it is gone at once.
+    const gauges = (m) => [m.match(/^llamacpp:requests_processing (\d+)$/m)[1], m.match(/^llamacpp:requests_deferred (\d+)$/m)[1]];
+    const t0 = Date.now();
+    let m = await (await fetch(`${server.url}/metrics`)).text();
+    while (gauges(m).some((g) => g !== "0") && Date.now() - t0 < 20000) {
+      await new Promise((r) => setTimeout(r, 100));
+      m = await (await fetch(`${server.url}/metrics`)).text();
+    }
+    t.eq(gauges(m), ["0", "0"], `nothing left running or queued (processing, deferred) after ${Date.now() - t0} ms`);
     t.ok(Number(m.match(/^qwick:requests_cancelled_total (\d+)$/m)[1]) > 0, "aborted streams were cancelled");
     t.ok(/^qwick:requests_failed_total 0$/m.test(m), "no engine failures");
     const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "none", maxRetries: 0 });
