@@ -120,7 +120,9 @@ try {
       await new Promise((r) => setTimeout(r, 100));
       m = await (await fetch(`${server.url}/metrics`)).text();
     }
-    t.eq(gauges(m), ["0", "0"], `nothing left running or queued (processing, deferred) after ${Date.now() - t0} ms`);
+    const waited = Date.now() - t0;
+    console.log(`running and queued requests (processing, deferred) ${gauges(m)} after ${waited} ms`);
+    t.eq(gauges(m), ["0", "0"], `nothing left running or queued after ${waited} ms`);
     t.ok(Number(m.match(/^qwick:requests_cancelled_total (\d+)$/m)[1]) > 0, "aborted streams were cancelled");
     t.ok(/^qwick:requests_failed_total 0$/m.test(m), "no engine failures");
     const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "none", maxRetries: 0 });

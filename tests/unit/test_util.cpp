@@ -1,10 +1,10 @@
 #include "test_util.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "model/checkpoint.h"
 #include "model/safetensors.h"
@@ -12,10 +12,25 @@
 namespace qwick::test {
 namespace fs = std::filesystem;
 
-fs::path fixture(const std::string& relative) { return fs::path(QWICK_FIXTURES) / "reference" / relative; }
+fs::path fixture(const std::string& relative) {
+  return fs::path(QWICK_FIXTURES) / "reference" / relative;
+}
+
+namespace {
+// This process's directory of scratch directories, removed when the process exits (ctest runs each
+// test in a process of its own, so each would otherwise leave one behind).
+struct ScratchRoot {
+  fs::path path = fs::temp_directory_path() / ("qwick-test-" + std::to_string(::getpid()));
+  ~ScratchRoot() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+}  // namespace
 
 fs::path scratch_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("qwick-test-" + std::to_string(::getpid())) / name;
+  static const ScratchRoot root;
+  const fs::path dir = root.path / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

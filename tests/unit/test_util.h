@@ -15,7 +15,7 @@
 namespace qwick::test {
 
 std::filesystem::path fixture(const std::string& relative);  // under tests/fixtures/reference
-// A fresh, empty directory for one test (removed at the start of the next run, not at exit).
+// A fresh, empty directory for one test, under a directory of this process's removed at its exit.
 std::filesystem::path scratch_dir(const std::string& name);
 
 std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f);
