@@ -28,6 +28,10 @@ __device__ __forceinline__ float4 load4_bf16(const uint16_t* p) {
 __device__ __forceinline__ float f32_or_bf16(const float* f32, const uint16_t* bf16, int64_t i) {
   return bf16 ? bf16_to_f32(bf16[i]) : f32[i];
 }
+// Elements i .. i + 3 of the same (f32 rows 16-byte aligned there, bf16 ones 8-byte aligned).
+__device__ __forceinline__ float4 f32_or_bf16_4(const float* f32, const uint16_t* bf16, int64_t i) {
+  return bf16 ? load4_bf16(bf16 + i) : *reinterpret_cast<const float4*>(f32 + i);
+}
 // Two floats as a bf16 pair in one 32-bit word, `lo` in the low half (the element with the lower index).
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return static_cast<uint32_t>(f32_to_bf16(lo)) | (static_cast<uint32_t>(f32_to_bf16(hi)) << 16);

@@ -123,12 +123,9 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t ld_in,
     static_cast<float*>(out)[r * ld_out + j] = v;
 }
 
-// Four consecutive values of a row as floats, in one 16-byte (f32) or 8-byte (bf16) load.
+// Four consecutive f32 values of a row in one 16-byte load.
 __device__ __forceinline__ float4 load4(const float* p) {
   return *reinterpret_cast<const float4*>(p);
-}
-__device__ __forceinline__ float4 load4(const uint16_t* p) {
-  return load4_bf16(p);
 }
 __device__ __forceinline__ void add_scaled(float4& acc, float w, const float4& v) {
   acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
@@ -147,7 +144,7 @@ __global__ void combine_kernel(MoeCombine c) {
   for (int j = 0; j < c.k; ++j) {
     const int64_t pair = t * c.k + j;
     const int64_t at = (c.slot_of ? c.slot_of[pair] : pair) * c.ld_down + h;
-    add_scaled(acc, c.weights[pair], c.down16 ? load4(c.down16 + at) : load4(c.down + at));
+    add_scaled(acc, c.weights[pair], f32_or_bf16_4(c.down, c.down16, at));
   }
   float4* out = reinterpret_cast<float4*>(c.hidden + t * c.H + h);
   float4 x = *out;

@@ -34,11 +34,6 @@ __global__ void rms_norm_kernel(const float* x, int64_t H, const float* w, float
   }
 }
 
-// Four values from i of f32 rows, or of bf16 ones where `bf16` is set (one 8-byte load).
-__device__ __forceinline__ float4 load4(const float* f32, const uint16_t* bf16, int64_t i) {
-  return bf16 ? load4_bf16(bf16 + i) : *reinterpret_cast<const float4*>(f32 + i);
-}
-
 // One warp per (row, head), four values a lane at a time.
 __global__ void gated_norm_kernel(GatedNormArgs a) {
   wait_and_let_next_start();
@@ -58,7 +53,7 @@ __global__ void gated_norm_kernel(GatedNormArgs a) {
     const int i = 4 * lane + 128 * j;
     if (i >= a.D) break;
     v[j] = *reinterpret_cast<const float4*>(x + i);
-    g[j] = load4(a.z, a.z_bf16, z0 + i);
+    g[j] = f32_or_bf16_4(a.z, a.z_bf16, z0 + i);
   }
 #pragma unroll
   for (int j = 0; j < kPer; ++j)
