@@ -370,6 +370,28 @@ TEST(Gemm, MatchesCpuOverFormatsShapesAndRowCounts) {
   }
 }
 
+// bf16 weights at 128 slots: a launch of one wave (at most one block an SM) takes one block an SM
+// with more stages, a larger one two blocks an SM (gemm_wgmma_cuda.cu). On the H200's 132 SMs: 17 column
+// blocks × 7 row tiles = 119 blocks, × 8 = 136; 7 slices, more than the 6 stages.
+TEST(Gemm, Bf16LaunchesOfOneWaveAndMore) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  const MatrixCase c{WeightFormat::kBF16, 2050, 448};
+  HostMatrix h = random_matrix(c.format, c.rows, c.cols, c.group, rng);
+  auto up = cuda::upload_matrix(h.w, nullptr);
+  for (int64_t n : {896, 900}) {
+    SCOPED_TRACE(fmt::format("{} rows", n));
+    const auto x = round_bf16(randn(static_cast<size_t>(n * c.cols), rng));
+    const auto ref = cpu_matmul(h.w, x, n), terms = term_sizes(h.w, x, n);
+    DeviceArray<uint16_t> dx(to_bf16(x));
+    DeviceArray<float> dy(std::vector<float>(static_cast<size_t>(n * c.rows), NAN));
+    cuda::GemmArgs a = cuda::gemm_args(up.m, dx.data(), c.cols, n, dy.data(), c.rows);
+    a.tile_rows = 128;
+    cuda::gemm(a, nullptr);
+    EXPECT_LT(term_err(dy.download(), ref, terms), 2.5e-3);
+  }
+}
+
 // The prefill router's f32 GEMM: f32 activations and exact weights, so the GEMV's bound.
 TEST(GemmF32, MatchesCpuAtTheGemvBound) {
   QWICK_REQUIRE_GPU();

@@ -6,7 +6,8 @@
 //             wgmma m64nBTk16 over 64-wide k slices: BT = 64, 128 or 144 with two blocks per SM (144:
 //             expert groups, whose rows at a 4096-row chunk are 128 ± 11, so most fit one tile), 256
 //             (plain GEMMs of enough rows, one block per SM: each decoded W value then serves twice the
-//             slots); tiles holding fewer slots take the narrowest product that covers them
+//             slots); tiles holding fewer slots take the narrowest product that covers them; a plain
+//             bf16 GEMM of one wave takes one 128-slot block per SM, with more stages
 //   pipeline  S slices in flight through cp.async: the X tile (gathered through x_rows; slots past
 //             the tile repeat its last one) already in wgmma's swizzled layout, and W in its file
 //             format, raw codes plus the scale and bias words of the slice
@@ -53,10 +54,12 @@ struct RawW {  // a W row of one slice in the file format
 // One stage: the X tile (BT slots × 128 bytes, swizzled), the raw W rows, the group words. As many
 // stages as leave room for the blocks per SM (227 KB per SM, 1 KB of it reserved per block, 1 KB of
 // alignment slack), at most 6: two blocks of 64- or 128-slot tiles, one of 256 (whose accumulators
-// take 128 registers a thread).
-template <WeightFormat F, int BT>
+// take 128 registers a thread). A launch of one wave may take one 64- or 128-slot block an SM with more
+// stages instead (gemm_wgmma: the bf16 router).
+template <WeightFormat F, int BT, int Blocks>
 struct Layout {
-  static constexpr int kBlocksPerSM = BT == 256 ? 1 : 2;
+  static_assert(Blocks == 1 || (Blocks == 2 && BT != 256), "256-slot tiles take one block an SM");
+  static constexpr int kBlocksPerSM = Blocks;
   static constexpr int kXBytes = BT * 128;
   static constexpr int kRawBytes = kBW * RawW<F>::kRowBytes;
   static constexpr int kSBBytes = F == WeightFormat::kBF16 ? 0 : kBW * 16;
@@ -176,9 +179,9 @@ __device__ __forceinline__ void store_act(const GemmArgs& a, const GemmBlock& bl
   }
 }
 
-template <WeightFormat F, int BT>
-__global__ void __launch_bounds__(kThreads, Layout<F, BT>::kBlocksPerSM) gemm_wgmma_kernel(GemmArgs a) {
-  using L = Layout<F, BT>;
+template <WeightFormat F, int BT, int Blocks>
+__global__ void __launch_bounds__(kThreads, Blocks) gemm_wgmma_kernel(GemmArgs a) {
+  using L = Layout<F, BT, Blocks>;
   using R = RawW<F>;
   constexpr int S = L::kStages;
   static_assert(S * L::kStageBytes >= BT * kLdY * 4, "the output tile reuses the stages");
@@ -369,25 +372,32 @@ __global__ void __launch_bounds__(kThreads, Layout<F, BT>::kBlocksPerSM) gemm_wg
     store_tile<BT>(a, blk, acc, has_rows, r0, t, generic);
 }
 
-template <WeightFormat F, int BT>
+template <WeightFormat F, int BT, int Blocks>
 void launch(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
-  using L = Layout<F, BT>;
+  using L = Layout<F, BT, Blocks>;
   static const bool raised = [] {
-    check(cudaFuncSetAttribute(gemm_wgmma_kernel<F, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    check(cudaFuncSetAttribute(gemm_wgmma_kernel<F, BT, Blocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                L::kBytes),
           "gemm_wgmma: shared memory limit");
     return true;
   }();
   (void)raised;
   const dim3 grid(blocks_for(a.N, kBW), row_tiles);
-  launch_kernel(gemm_wgmma_kernel<F, BT>, grid, dim3(kThreads), L::kBytes, stream, a.overlap, "gemm_wgmma",
-                a);
+  launch_kernel(gemm_wgmma_kernel<F, BT, Blocks>, grid, dim3(kThreads), L::kBytes, stream, a.overlap,
+                "gemm_wgmma", a);
 }
 
+// `deep`: one block an SM with up to 6 stages (bf16 weights, 128-slot tiles only).
 template <int BT>
-void launch_format(const GemmArgs& a, unsigned row_tiles, cudaStream_t stream) {
-  with_device_format(a.format, "gemm_wgmma: weights must be affine 4/8-bit or bf16 on the GPU",
-                     [&](auto f) { launch<f.value, BT>(a, row_tiles, stream); });
+void launch_format(const GemmArgs& a, unsigned row_tiles, bool deep, cudaStream_t stream) {
+  with_device_format(a.format, "gemm_wgmma: weights must be affine 4/8-bit or bf16 on the GPU", [&](auto f) {
+    if constexpr (BT == 256)
+      launch<f.value, BT, 1>(a, row_tiles, stream);
+    else if constexpr (BT == 128 && f.value == WeightFormat::kBF16)
+      deep ? launch<f.value, BT, 1>(a, row_tiles, stream) : launch<f.value, BT, 2>(a, row_tiles, stream);
+    else
+      launch<f.value, BT, 2>(a, row_tiles, stream);
+  });
 }
 
 }  // namespace
@@ -404,14 +414,20 @@ void gemm_wgmma(const GemmArgs& a, cudaStream_t stream) {
   if (a.act && (a.part_rows <= 0 || a.part_rows % 64 != 0 || a.N != 2 * a.part_rows || !a.table))
     check(cudaErrorInvalidValue, "gemm_wgmma: the SwiGLU epilogue takes gate|up parts of 64k rows");
   if (t.tiles == 0) return;
+  // A plain bf16 GEMM of one wave at one block an SM (the prefill router: 96 blocks at 4096 rows) takes
+  // that block with 6 stages. A bf16 slice is four times a 4-bit one's bytes, so at two blocks an SM
+  // (3 stages each) a block keeps one slice in flight and waits on its copy's round trip: the router
+  // took ~55 µs at 4096 rows so (session 17's timeline).
+  const bool deep = a.format == WeightFormat::kBF16 && !a.tiles &&
+                    int64_t{blocks_for(a.N, kBW)} * t.tiles <= multiprocessor_count();
   if (t.rows == 256)
-    launch_format<256>(a, t.tiles, stream);
+    launch_format<256>(a, t.tiles, false, stream);
   else if (t.rows == 144)
-    launch_format<144>(a, t.tiles, stream);
+    launch_format<144>(a, t.tiles, false, stream);
   else if (t.rows == 128)
-    launch_format<128>(a, t.tiles, stream);
+    launch_format<128>(a, t.tiles, deep, stream);
   else
-    launch_format<64>(a, t.tiles, stream);
+    launch_format<64>(a, t.tiles, false, stream);
 }
 
 }  // namespace qwick::cuda
