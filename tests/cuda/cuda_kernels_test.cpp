@@ -415,28 +415,105 @@ TEST(GemmF32, MatchesCpuAtTheGemvBound) {
   }
 }
 
+// The device arrays of a grouping of n·k pairs; the counts start at zero, as the grouping needs.
+struct GroupingArrays {
+  GroupingArrays(int64_t n, int k, int E)
+      : offsets(static_cast<size_t>(E) + 1),
+        counts(std::vector<int32_t>(static_cast<size_t>(E) + 1, 0)),
+        slot_row(static_cast<size_t>(std::max<int64_t>(n * k, 1))),
+        slot_of(slot_row.size()),
+        tiles(static_cast<size_t>(cuda::moe_max_tiles(n * k, E))),
+        tile_count(1) {}
+  cuda::MoeGrouping grouping(int tile_rows) const {
+    return {offsets.data(), counts.data(),     slot_row.data(), slot_of.data(),
+            tiles.data(),   tile_count.data(), tile_rows};
+  }
+  DeviceArray<int32_t> offsets, counts, slot_row, slot_of;
+  DeviceArray<cuda::GemmTile> tiles;
+  DeviceArray<int32_t> tile_count;
+};
+
+// Router logits [n, E] under which token t picks ids[t·k + j] as its j-th expert.
+std::vector<float> logits_routing_to(const std::vector<int32_t>& ids, int64_t n, int k, int E) {
+  std::vector<float> logits(static_cast<size_t>(n * E), -100.0f);
+  for (int64_t t = 0; t < n; ++t)
+    for (int j = 0; j < k; ++j)
+      logits[static_cast<size_t>(t * E + ids[static_cast<size_t>(t * k + j)])] = static_cast<float>(k - j);
+  return logits;
+}
+
+// A grouping of the pairs `ids` (token i / k, rank i % k): offsets are the exclusive scan of the
+// histogram, slot_of is a permutation that puts every pair inside its expert's group, slot_row inverts
+// it, the tiles cover each group exactly, and the counts are left zero for the next grouping.
+void expect_grouping(const std::vector<int32_t>& ids, int k, int E, const GroupingArrays& a, int tile_rows) {
+  const int64_t pairs = static_cast<int64_t>(ids.size());
+  const auto off = a.offsets.download(), so = a.slot_of.download(), sr = a.slot_row.download();
+  std::vector<int32_t> hist(static_cast<size_t>(E), 0);
+  for (int32_t e : ids) ++hist[static_cast<size_t>(e)];
+  int32_t running = 0;
+  for (int e = 0; e <= E; ++e) {
+    ASSERT_EQ(off[static_cast<size_t>(e)], running) << "expert " << e;
+    if (e < E) running += hist[static_cast<size_t>(e)];
+  }
+  std::set<int32_t> seen(so.begin(), so.begin() + pairs);
+  ASSERT_EQ(static_cast<int64_t>(seen.size()), pairs);
+  for (int64_t i = 0; i < pairs; ++i) {
+    const int32_t e = ids[static_cast<size_t>(i)], s = so[static_cast<size_t>(i)];
+    ASSERT_GE(s, off[static_cast<size_t>(e)]);
+    ASSERT_LT(s, off[static_cast<size_t>(e) + 1]);
+    ASSERT_EQ(sr[static_cast<size_t>(s)], i / k);
+  }
+  const int32_t nt = a.tile_count.download()[0];
+  const auto tl = a.tiles.download();
+  std::vector<int32_t> covered(static_cast<size_t>(pairs), 0);
+  for (int32_t i = 0; i < nt; ++i) {
+    const cuda::GemmTile tt = tl[static_cast<size_t>(i)];
+    ASSERT_LE(tt.end - tt.begin, tile_rows);
+    ASSERT_GE(tt.begin, off[static_cast<size_t>(tt.group)]);
+    ASSERT_LE(tt.end, off[static_cast<size_t>(tt.group) + 1]);
+    for (int32_t s = tt.begin; s < tt.end; ++s) ++covered[static_cast<size_t>(s)];
+  }
+  for (int32_t c : covered) ASSERT_EQ(c, 1);
+  EXPECT_EQ(a.counts.download(), std::vector<int32_t>(static_cast<size_t>(E) + 1, 0));
+}
+
+// Routing and grouping in one pass (moe_route_group) against route_token and the grouping's invariants:
+// a chunk of 4096 tokens (512 blocks report to the counts' last block), small chunks, one token and
+// none; each twice on the same arrays, the second time as programmatic launches, so the counts are
+// seen to be left zero. The logits lie at a stride, as the backend's router writes them.
 TEST(Moe, RouteMatchesRouteToken) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
-  for (auto [E, k] : {std::pair{256, 8}, std::pair{8, 2}, std::pair{16, 8}, std::pair{512, 10}}) {
-    SCOPED_TRACE(fmt::format("{} experts, top {}", E, k));
-    const int64_t n = 333;
-    auto logits = randn(static_cast<size_t>(n * E), rng, 2.0f);
+  for (auto [E, k, n] :
+       {std::tuple{256, 8, int64_t{4096}}, std::tuple{8, 2, int64_t{333}}, std::tuple{16, 8, int64_t{333}},
+        std::tuple{512, 10, int64_t{333}}, std::tuple{512, 10, int64_t{1}}, std::tuple{256, 8, int64_t{0}}}) {
+    SCOPED_TRACE(fmt::format("{} experts, top {}, {} tokens", E, k, n));
+    const int64_t ld = E + 3;
+    const size_t pairs = static_cast<size_t>(n * k), room = std::max<size_t>(pairs, 1);
+    auto logits = randn(static_cast<size_t>(std::max<int64_t>(n, 1) * ld), rng, 2.0f);
     logits[5] = logits[7];  // a tie: the lower id must win
-    DeviceArray<float> dl(logits), dw(static_cast<size_t>(n * k));
-    DeviceArray<int32_t> di(static_cast<size_t>(n * k));
-    cuda::moe_route(dl.data(), E, n, E, k, di.data(), dw.data(), nullptr);
-    const auto ids = di.download();
-    const auto w = dw.download();
-    for (int64_t t = 0; t < n; ++t) {
-      std::vector<int32_t> rid(static_cast<size_t>(k));
-      std::vector<float> rw(static_cast<size_t>(k));
-      route_token(logits.data() + t * E, E, k, rid.data(), rw.data());
-      for (int j = 0; j < k; ++j) {
-        ASSERT_EQ(ids[static_cast<size_t>(t * k + j)], rid[static_cast<size_t>(j)])
-            << "token " << t << " rank " << j;
-        ASSERT_NEAR(w[static_cast<size_t>(t * k + j)], rw[static_cast<size_t>(j)], 1e-5f);
+    DeviceArray<float> dl(logits), dw(room);
+    DeviceArray<int32_t> di(room);
+    GroupingArrays arrays(n, k, E);
+    for (bool overlap : {false, true}) {
+      SCOPED_TRACE(overlap ? "programmatic launches" : "plain launches");
+      cuda::moe_route_group(dl.data(), ld, n, E, k, di.data(), dw.data(), arrays.grouping(144), nullptr,
+                            overlap);
+      std::vector<int32_t> ids = di.download();
+      const std::vector<float> w = dw.download();
+      ids.resize(pairs);
+      for (int64_t t = 0; t < n; ++t) {
+        std::vector<int32_t> rid(static_cast<size_t>(k));
+        std::vector<float> rw(static_cast<size_t>(k));
+        route_token(logits.data() + t * ld, E, k, rid.data(), rw.data());
+        for (int j = 0; j < k; ++j) {
+          ASSERT_EQ(ids[static_cast<size_t>(t * k + j)], rid[static_cast<size_t>(j)])
+              << "token " << t << " rank " << j;
+          ASSERT_NEAR(w[static_cast<size_t>(t * k + j)], rw[static_cast<size_t>(j)], 1e-5f);
+        }
       }
+      expect_grouping(ids, k, E, arrays, 144);
+      if (HasFatalFailure()) return;
     }
   }
   // The decode variant and its gemv index lists.
@@ -461,7 +538,7 @@ TEST(Moe, RouteMatchesRouteToken) {
 }
 
 // The routed experts' grouped GEMMs as the backend sets them up (table entries gate, up, down per
-// expert; tiles from moe_group): gate|up of the slot rows of x [*, H] into gate_up [slots, 2I], and
+// expert; tiles from moe_route_group): gate|up of the slot rows of x [*, H] into gate_up [slots, 2I], and
 // down of act [slots, I] into down [slots, H].
 struct ExpertGemms {
   cuda::GemmArgs gate_up, down;
@@ -497,7 +574,7 @@ ExpertGemms expert_gemms(const void* table, const cuda::MoeGrouping& g, int64_t 
   return {a, b};
 }
 
-// Grouping (histogram, scan, scatter, tiles), the grouped GEMM over an expert table, SwiGLU and the
+// Grouping (ranks, scan, tiles, slots), the grouped GEMM over an expert table, SwiGLU and the
 // combine, against a direct CPU computation; balanced, all-to-the-same-experts and sparse routings.
 TEST(Moe, GroupingGroupedGemmAndCombine) {
   QWICK_REQUIRE_GPU();
@@ -531,45 +608,17 @@ TEST(Moe, GroupingGroupedGemmAndCombine) {
     }
     const auto weights = randn(static_cast<size_t>(pairs), rng);
     const auto x = round_bf16(randn(static_cast<size_t>(n * H), rng));
-    DeviceArray<int32_t> d_ids(ids), offsets(E + 1), fill(E), slot_row(static_cast<size_t>(pairs)),
-        slot_of(static_cast<size_t>(pairs)), tile_count(1);
+    DeviceArray<float> d_logits(logits_routing_to(ids, n, k, E)), d_route_w(static_cast<size_t>(pairs));
+    DeviceArray<int32_t> d_ids(static_cast<size_t>(pairs));
+    GroupingArrays arrays(n, k, E);
     const int64_t max_tiles = cuda::moe_max_tiles(pairs, E);
-    DeviceArray<cuda::GemmTile> tiles(static_cast<size_t>(max_tiles));
     for (int tile_rows : {64, 128, 144}) {
       SCOPED_TRACE(fmt::format("tiles of {} rows", tile_rows));
-      cuda::MoeGrouping g{offsets.data(), fill.data(),       slot_row.data(), slot_of.data(),
-                          tiles.data(),   tile_count.data(), tile_rows};
-      cuda::moe_group(d_ids.data(), n, k, E, g, nullptr);
-
-      // Structure: offsets are the exclusive scan of the histogram, slot_of is a permutation that puts
-      // every pair inside its expert's group, slot_row inverts it, tiles cover each group exactly.
-      const auto off = offsets.download(), so = slot_of.download(), sr = slot_row.download();
-      std::vector<int32_t> hist(E, 0);
-      for (int32_t e : ids) ++hist[static_cast<size_t>(e)];
-      int32_t running = 0;
-      for (int e = 0; e <= E; ++e) {
-        ASSERT_EQ(off[static_cast<size_t>(e)], running) << "expert " << e;
-        if (e < E) running += hist[static_cast<size_t>(e)];
-      }
-      std::set<int32_t> seen(so.begin(), so.end());
-      ASSERT_EQ(static_cast<int64_t>(seen.size()), pairs);
-      for (int64_t i = 0; i < pairs; ++i) {
-        const int32_t e = ids[static_cast<size_t>(i)], s = so[static_cast<size_t>(i)];
-        ASSERT_GE(s, off[static_cast<size_t>(e)]);
-        ASSERT_LT(s, off[static_cast<size_t>(e) + 1]);
-        ASSERT_EQ(sr[static_cast<size_t>(s)], i / k);
-      }
-      const int32_t nt = tile_count.download()[0];
-      const auto tl = tiles.download();
-      std::vector<int32_t> covered(static_cast<size_t>(pairs), 0);
-      for (int32_t i = 0; i < nt; ++i) {
-        const cuda::GemmTile tt = tl[static_cast<size_t>(i)];
-        ASSERT_LE(tt.end - tt.begin, tile_rows);
-        ASSERT_GE(tt.begin, off[static_cast<size_t>(tt.group)]);
-        ASSERT_LE(tt.end, off[static_cast<size_t>(tt.group) + 1]);
-        for (int32_t s = tt.begin; s < tt.end; ++s) ++covered[static_cast<size_t>(s)];
-      }
-      for (int32_t c : covered) ASSERT_EQ(c, 1);
+      const cuda::MoeGrouping g = arrays.grouping(tile_rows);
+      cuda::moe_route_group(d_logits.data(), E, n, E, k, d_ids.data(), d_route_w.data(), g, nullptr);
+      ASSERT_EQ(d_ids.download(), ids);
+      expect_grouping(ids, k, E, arrays, tile_rows);
+      if (HasFatalFailure()) return;
 
       for (const GemmVariant& v : kGemmVariants) {
         // The wgmma kernel also runs SwiGLU in its epilogue (GemmArgs::act).
@@ -601,7 +650,7 @@ TEST(Moe, GroupingGroupedGemmAndCombine) {
             const auto hidden0 = randn(static_cast<size_t>(n * H), rng);
             DeviceArray<float> dshared(shared), dsl(shared_logit), dhidden(hidden0), dweights(weights);
             cuda::MoeCombine combine{
-                dhidden.data(), n, H,          k, dweights.data(), slot_of.data(), down.data(), H,
+                dhidden.data(), n, H,          k, dweights.data(), arrays.slot_of.data(), down.data(), H,
                 dshared.data(), H, dsl.data(), 1};
             combine.down16 = down16;
             cuda::moe_combine(combine, nullptr);
@@ -726,15 +775,14 @@ TEST(Gemm, Timing) {
     std::shuffle(pick.begin(), pick.end(), rng);
     std::copy(pick.begin(), pick.begin() + k, ids.begin() + t * k);
   }
-  DeviceArray<int32_t> d_ids(ids), offsets(E + 1), fill(E), slot_row(static_cast<size_t>(pairs)),
-      slot_of(static_cast<size_t>(pairs)), tile_count(1);
+  DeviceArray<float> d_logits(logits_routing_to(ids, n, k, E)), d_route_w(static_cast<size_t>(pairs));
+  DeviceArray<int32_t> d_ids(static_cast<size_t>(pairs));
+  GroupingArrays arrays(n, k, E);
   const int64_t max_tiles = cuda::moe_max_tiles(pairs, E);
-  DeviceArray<cuda::GemmTile> tiles(static_cast<size_t>(max_tiles));
   DeviceArray<uint16_t> act(to_bf16(randn(static_cast<size_t>(pairs * I), rng)));
   for (int tile_rows : {64, 128, 144}) {
-    cuda::MoeGrouping g{offsets.data(), fill.data(),       slot_row.data(), slot_of.data(),
-                        tiles.data(),   tile_count.data(), tile_rows};
-    cuda::moe_group(d_ids.data(), n, k, E, g, nullptr);
+    const cuda::MoeGrouping g = arrays.grouping(tile_rows);
+    cuda::moe_route_group(d_logits.data(), E, n, E, k, d_ids.data(), d_route_w.data(), g, nullptr);
     const auto [gate_up, down] =
         expert_gemms(table_dev.data(), g, max_tiles, H, I, dx.data(), dy.data(), act.data(), dy.data());
     report(fmt::format("experts gate|up, {}-row tiles", tile_rows), 2.0 * pairs * 2 * I * H, gate_up);

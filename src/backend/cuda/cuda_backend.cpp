@@ -445,7 +445,7 @@ class CudaBackend final : public Backend {
       p_.ids = c.take<int32_t>(u(pairs));
       p_.weights = c.take<float>(u(pairs));
       p_.grouping.offsets = c.take<int32_t>(u(E + 1));
-      p_.grouping.fill = c.take<int32_t>(u(E));
+      p_.grouping.counts = c.take<int32_t>(u(E + 1));
       p_.grouping.slot_row = c.take<int32_t>(u(pairs));
       p_.grouping.slot_of = c.take<int32_t>(u(pairs));
       p_.grouping.tiles = c.take<GemmTile>(u(moe_max_tiles(pairs, static_cast<int>(E))));
@@ -463,6 +463,8 @@ class CudaBackend final : public Backend {
     prefill_buf_ = DeviceBuffer(sizing.used());
     Carver real(prefill_buf_.data());
     carve(real);
+    check(cudaMemsetAsync(p_.grouping.counts, 0, static_cast<size_t>(E + 1) * sizeof(int32_t), stream_),
+          "cudaMemsetAsync");
     prefill_rows_ = rows;
   }
 
@@ -1064,10 +1066,9 @@ class CudaBackend final : public Backend {
       }
     }
     timer_.mark("moe: route, group");
-    moe_route(p_.router, ld_route, n, static_cast<int>(E), static_cast<int>(k), p_.ids, p_.weights, stream_,
-              prefill_overlap());
     p_.grouping.tile_rows = expert_tile_rows(n);
-    moe_group(p_.ids, n, static_cast<int>(k), static_cast<int>(E), p_.grouping, stream_, prefill_overlap());
+    moe_route_group(p_.router, ld_route, n, static_cast<int>(E), static_cast<int>(k), p_.ids, p_.weights,
+                    p_.grouping, stream_, prefill_overlap());
 
     GemmArgs gu = expert_gate_up(w, 0, I, p_.gate_up);
     gu.x_rows = p_.grouping.slot_row;

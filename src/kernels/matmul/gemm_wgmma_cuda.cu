@@ -77,11 +77,20 @@ __device__ __forceinline__ int div_magic(int n, uint32_t magic) {
   return static_cast<int>(__umulhi(static_cast<uint32_t>(n), magic));
 }
 
-// A thread's A fragment of k16 step kk (tile rows r0 and r0 + 8, warpgroup_mma.cuh's layout) from the
-// slice's raw rows `row0`, `row1` in shared memory; s2[i], b2[i] are row i's scale and bias pairs for
-// this step (unused for bf16).
+// Where a raw W row's 16-byte chunk c lies in shared memory. bf16 rows are 128 bytes, so the 8 rows a
+// warp's fragment loads read (r0 = g of a 16-row run, g = lane / 4) would all start in bank 0: chunk c of
+// row r goes to chunk c ^ (r % 8), and each of the warp's word loads meets 32 banks. Narrower rows
+// (4 and 8 bits) keep their order.
 template <WeightFormat F>
-__device__ __forceinline__ void fragment(const uint8_t* row0, const uint8_t* row1, int kk, int t,
+__host__ __device__ constexpr int raw_chunk(int r, int c) {
+  return F == WeightFormat::kBF16 ? c ^ (r & 7) : c;
+}
+
+// A thread's A fragment of k16 step kk (tile rows r0 and r0 + 8, warpgroup_mma.cuh's layout, both
+// with r % 8 = g) from the slice's raw rows `row0`, `row1` in shared memory; s2[i], b2[i] are row i's
+// scale and bias pairs for this step (unused for bf16).
+template <WeightFormat F>
+__device__ __forceinline__ void fragment(const uint8_t* row0, const uint8_t* row1, int kk, int g, int t,
                                          const uint32_t (&s2)[2], const uint32_t (&b2)[2], uint32_t (&f)[4]) {
   const uint8_t* rows[2] = {row0, row1};
 #pragma unroll
@@ -98,10 +107,10 @@ __device__ __forceinline__ void fragment(const uint8_t* row0, const uint8_t* row
       for (int h = 0; h < 2; ++h)
         f[2 * h + i] = pack_bf16x2(static_cast<float>((w[2 * h] >> sh) & 0xffu) * sc + bi,
                                    static_cast<float>((w[2 * h] >> (sh + 8)) & 0xffu) * sc + bi);
-    } else {  // step kk: words 8kk .. 8kk + 7, already bf16 pairs
-      const uint32_t* w = reinterpret_cast<const uint32_t*>(rows[i]) + 8 * kk + t;
-      f[i] = w[0];
-      f[2 + i] = w[4];
+    } else {  // step kk: chunks 2kk and 2kk + 1 (words 8kk .. 8kk + 7), already bf16 pairs
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(rows[i]) + t;
+      f[i] = w[4 * raw_chunk<F>(g, 2 * kk)];
+      f[2 + i] = w[4 * raw_chunk<F>(g, 2 * kk + 1)];
     }
   }
 }
@@ -232,6 +241,10 @@ __global__ void __launch_bounds__(kThreads, Blocks) gemm_wgmma_kernel(GemmArgs a
     const DeviceMatrix mr = tile_matrix(a, blk, r);
     w_src[j] = mr.data + min(tile_row(a, blk, r), mr.rows - 1) * mr.row_bytes + c * 16;
   }
+  // Thread i's W chunks are rows i / kChunks + j · kThreads / kChunks, whose r % 8 is the same for every j.
+  const uint32_t w_dst = (threadIdx.x / R::kChunks * R::kChunks +
+                          raw_chunk<F>(threadIdx.x / R::kChunks, threadIdx.x % R::kChunks)) *
+                         16;
   GroupWords<kSBPerThread> words;
   if constexpr (kSBPerThread > 0) {  // rows 64 apart: one matrix (gate or up, or one part)
     int64_t rows[kSBPerThread];
@@ -252,7 +265,7 @@ __global__ void __launch_bounds__(kThreads, Blocks) gemm_wgmma_kernel(GemmArgs a
     x_slice += kBK;
 #pragma unroll
     for (int j = 0; j < kWPerThread; ++j) {
-      cp_async16_shared(raw + (threadIdx.x + j * kThreads) * 16,
+      cp_async16_shared(raw + w_dst + j * kThreads * 16,
                         wide_address<R::kRowBytes>(w_src[j], static_cast<uint32_t>(load_slice)), true);
     }
     if constexpr (F != WeightFormat::kBF16) {
@@ -322,8 +335,8 @@ __global__ void __launch_bounds__(kThreads, Blocks) gemm_wgmma_kernel(GemmArgs a
       if constexpr (kFragSets == 1) wgmma_wait<0>();  // the previous slice's products read f
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk)
-        fragment<F>(raw + r0 * R::kRowBytes, raw + (r0 + 8) * R::kRowBytes, kk, t, s2[kk >> 1], b2[kk >> 1],
-                    f[kk]);
+        fragment<F>(raw + r0 * R::kRowBytes, raw + (r0 + 8) * R::kRowBytes, kk, g, t, s2[kk >> 1],
+                    b2[kk >> 1], f[kk]);
       wgmma_fence();
       // Each branch commits its own products (a commit after the branches costs an empty product).
       if (width == 64) {

@@ -1,4 +1,6 @@
 // MoE routing, grouping, SwiGLU and the weighted combine on the GPU (contracts in moe_cuda.h).
+#include <algorithm>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
 #include "kernels/moe/moe_cuda.h"
@@ -6,14 +8,6 @@
 
 namespace qwick::cuda {
 namespace {
-
-__global__ void route_kernel(const float* logits, int64_t ld, int64_t n, int E, int k, int32_t* ids,
-                             float* weights) {
-  wait_and_let_next_start();
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (t >= n) return;
-  route_one(logits + t * ld, E, k, ids + t * k, weights + t * k);
-}
 
 __global__ void route_decode_kernel(const float* logits, int E, int k, int32_t* ids, float* weights,
                                     int32_t* gate_up, int32_t* down) {
@@ -55,59 +49,76 @@ __device__ __forceinline__ int32_t block_inclusive_scan(int32_t v, int32_t* tota
   return warp > 0 ? v + totals[warp - 1] : v;
 }
 
-// The grouping's counting in one block of kGroupThreads (≥ E) threads, the counts in shared memory:
-// the histogram; exclusive scans (expert e on thread e) of the counts into offsets and of the tiles
-// per expert into tile starts; the expert's tiles (full tiles of tile_rows slots, the last holding the
-// rest). A chunk of 4096 rows has 32,768 pairs, 32 per thread: a thread loads kBatch ids before
-// counting any, so their latencies overlap. (One block replaces a memset, a histogram kernel and a
-// one-thread scan; the scatter, which writes every pair's slot, keeps a grid of its own: done by the
-// same block, it made a 4K prompt's route/group stage slower, 2.21 against 2.09 ms.)
-constexpr int kGroupThreads = 1024, kBatch = 8;
-__global__ void __launch_bounds__(kGroupThreads)
-    count_kernel(const int32_t* ids, int64_t pairs, int E, int tile_rows, int32_t* offsets, int32_t* fill,
-                 GemmTile* tiles, int32_t* tile_count) {
-  wait_and_let_next_start();
-  __shared__ int32_t counts[kGroupThreads];
+// The grouping's counting, in the kernel that routes the pairs: each pair takes the next rank within its
+// expert from counts[e] (a global atomic, so the order inside a group is arbitrary; the combine reads the
+// pairs back in a fixed order), kept in slot_of until place_kernel turns it into the slot. The last block to
+// finish turns the counts into offsets and the tile list (full tiles of tile_rows slots, the last holding the
+// rest) and zeroes them for the next grouping. (Session 11 counted in one block of its own, and session 18's
+// 4K timeline showed that block's launch as ~12 µs of the routing chain of every MoE layer.)
+__device__ __forceinline__ void rank_pair(const MoeGrouping& g, int64_t pair, int32_t expert) {
+  g.slot_of[pair] = atomicAdd(&g.counts[expert], 1);
+}
+
+// Called by every thread of every block once its pairs are ranked.
+__device__ void finish_counts(const MoeGrouping& g, int E) {
+  __shared__ bool last;
   __shared__ int32_t totals[2][32];
-  const int e = threadIdx.x;
-  counts[e] = 0;
-  __syncthreads();
-  for (int64_t base = 0; base < pairs; base += kBatch * kGroupThreads) {
-    int32_t id[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int64_t i = base + threadIdx.x + j * kGroupThreads;
-      id[j] = i < pairs ? ids[i] : -1;
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j)
-      if (id[j] >= 0) atomicAdd(&counts[id[j]], 1);
+  __threadfence();
+  __syncthreads();  // the block's ranks are taken
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(&g.counts[E], 1) == static_cast<int32_t>(gridDim.x) - 1;
   }
   __syncthreads();
-  const int32_t count = e < E ? counts[e] : 0, n_tiles = (count + tile_rows - 1) / tile_rows;
-  const int32_t slot_end = block_inclusive_scan(count, totals[0]);
+  if (!last) return;
+  __threadfence();
+  // A thread owns a run of `per` experts: its counts' sums, scanned over the block, place the run.
+  const int per = (E + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
+  const int e0 = min(E, static_cast<int>(threadIdx.x) * per), e1 = min(E, e0 + per);
+  int32_t slots = 0, n_tiles = 0;
+  for (int e = e0; e < e1; ++e) {
+    const int32_t c = atomicExch(&g.counts[e], 0);  // read from L2, and left zero
+    g.offsets[e] = c;                               // (the count, until the scan places the run)
+    slots += c;
+    n_tiles += (c + g.tile_rows - 1) / g.tile_rows;
+  }
+  const int32_t slot_end = block_inclusive_scan(slots, totals[0]);
   const int32_t tile_end = block_inclusive_scan(n_tiles, totals[1]);
-  const int32_t begin = slot_end - count, tile0 = tile_end - n_tiles;
-  if (e < E) {
-    offsets[e] = begin;
-    fill[e] = begin;
-    for (int32_t j = 0; j < n_tiles; ++j)
-      tiles[tile0 + j] = GemmTile{e, begin + j * tile_rows, min(slot_end, begin + (j + 1) * tile_rows)};
+  int32_t begin = slot_end - slots, tile = tile_end - n_tiles;
+  for (int e = e0; e < e1; ++e) {
+    const int32_t end = begin + g.offsets[e];
+    g.offsets[e] = begin;
+    for (int32_t s = begin; s < end; s += g.tile_rows)
+      g.tiles[tile++] = GemmTile{e, s, min(end, s + g.tile_rows)};
+    begin = end;
   }
-  if (e == E - 1) {
-    offsets[E] = slot_end;
-    *tile_count = tile_end;
+  if (threadIdx.x == blockDim.x - 1) {
+    g.offsets[E] = slot_end;
+    *g.tile_count = tile_end;
+    g.counts[E] = 0;
   }
 }
 
-__global__ void scatter_kernel(const int32_t* ids, int64_t pairs, int k, int32_t* fill, int32_t* slot_row,
-                               int32_t* slot_of) {
+// A warp per token; lane j < k ranks the token's j-th pair.
+__global__ void route_kernel(const float* logits, int64_t ld, int64_t n, int E, int k, int32_t* ids,
+                             float* weights, MoeGrouping g) {
+  wait_and_let_next_start();
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (t < n) {
+    route_one(logits + t * ld, E, k, ids + t * k, weights + t * k);
+    const int lane = threadIdx.x & 31;
+    if (lane < k) rank_pair(g, t * k + lane, ids[t * k + lane]);  // (this lane wrote that id)
+  }
+  finish_counts(g, E);
+}
+
+__global__ void place_kernel(const int32_t* ids, int64_t pairs, int k, MoeGrouping g) {
   wait_and_let_next_start();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= pairs) return;
-  const int32_t s = atomicAdd(&fill[ids[i]], 1);
-  slot_row[s] = static_cast<int32_t>(i / k);
-  slot_of[i] = s;
+  const int32_t s = g.offsets[ids[i]] + g.slot_of[i];
+  g.slot_row[s] = static_cast<int32_t>(i / k);
+  g.slot_of[i] = s;
 }
 
 template <bool kBf16>
@@ -161,12 +172,19 @@ __global__ void combine_kernel(MoeCombine c) {
 
 }  // namespace
 
-void moe_route(const float* logits, int64_t ld, int64_t n, int E, int k, int32_t* ids, float* weights,
-               cudaStream_t stream, bool overlap) {
-  if (E > 32 * kMaxExpertsPerLane || k > 32 || k > E) check(cudaErrorInvalidValue, "moe_route: expert count");
-  if (n == 0) return;
-  launch_kernel(route_kernel, dim3(blocks_for(n, 8)), dim3(256), 0, stream, overlap, "moe_route", logits, ld,
-                n, E, k, ids, weights);
+void moe_route_group(const float* logits, int64_t ld, int64_t n, int E, int k, int32_t* ids, float* weights,
+                     const MoeGrouping& g, cudaStream_t stream, bool overlap) {
+  if (E > 32 * kMaxExpertsPerLane || k > 32 || k > E)
+    check(cudaErrorInvalidValue, "moe_route_group: expert count");
+  if (g.tile_rows != 64 && g.tile_rows != 128 && g.tile_rows != 144)
+    check(cudaErrorInvalidValue, "moe_route_group: tiles of 64, 128 or 144 rows");
+  // At least one block, so that a grouping of no rows still writes its offsets and tile count.
+  launch_kernel(route_kernel, dim3(std::max(1u, blocks_for(n, 8))), dim3(256), 0, stream, overlap,
+                "moe_route", logits, ld, n, E, k, ids, weights, g);
+  const int64_t pairs = n * k;
+  if (pairs == 0) return;
+  launch_kernel(place_kernel, dim3(blocks_for(pairs, 256)), dim3(256), 0, stream, overlap, "moe_place", ids,
+                pairs, k, g);
 }
 
 void moe_route_decode(const float* logits, int E, int k, int32_t* ids, float* weights, int32_t* gate_up,
@@ -175,19 +193,6 @@ void moe_route_decode(const float* logits, int E, int k, int32_t* ids, float* we
     check(cudaErrorInvalidValue, "moe_route_decode: expert count");
   route_decode_kernel<<<1, 32, 0, stream>>>(logits, E, k, ids, weights, gate_up, down);
   check_launch("moe_route_decode");
-}
-
-void moe_group(const int32_t* ids, int64_t n, int k, int E, const MoeGrouping& g, cudaStream_t stream,
-               bool overlap) {
-  if (E < 1 || E > kGroupThreads) check(cudaErrorInvalidValue, "moe_group: 1 to 1024 experts");
-  if (g.tile_rows != 64 && g.tile_rows != 128 && g.tile_rows != 144)
-    check(cudaErrorInvalidValue, "moe_group: tiles of 64, 128 or 144 rows");
-  const int64_t pairs = n * k;
-  launch_kernel(count_kernel, dim3(1), dim3(kGroupThreads), 0, stream, overlap, "moe_count", ids, pairs, E,
-                g.tile_rows, g.offsets, g.fill, g.tiles, g.tile_count);
-  if (pairs == 0) return;
-  launch_kernel(scatter_kernel, dim3(blocks_for(pairs, 256)), dim3(256), 0, stream, overlap, "moe_scatter",
-                ids, pairs, k, g.fill, g.slot_row, g.slot_of);
 }
 
 void swiglu(const float* gate, const float* up, int64_t ld_in, int64_t rows, int64_t width, void* out,

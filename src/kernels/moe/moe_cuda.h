@@ -3,9 +3,10 @@
 //   route      per token: softmax over all experts (f32), top-k, renormalise; one warp per token
 //   decode     route_decode also writes the gemv index lists of the step: gate|up entries of the k
 //              chosen experts and the shared expert, and their down entries
-//   prefill    group: histogram of (token, expert) pairs -> exclusive scan into group offsets -> the
-//              tile list of the grouped GEMM (at most tile_rows slots per tile), in one block; then
-//              scatter each pair to a slot of its expert's group; slot_of[i] remembers where pair i went
+//   prefill    group: each (token, expert) pair takes a rank within its expert as it is routed; the
+//              last block scans the counts into group offsets and the tile list of the grouped GEMM (at
+//              most tile_rows slots per tile); then each pair goes to its slot (offset + rank) and
+//              slot_of[i] remembers where pair i went. Routing and grouping take two kernels
 //   swiglu     act = silu(gate) · up, f32 -> f32 or bf16
 //   combine    hidden[t] += sigmoid(shared_logit[t]) · shared[t] + Σ_j w[t, j] · down[slot_of(t, j)]
 //              in a fixed order, so results do not depend on the slot order within a group
@@ -23,12 +24,7 @@
 
 namespace qwick::cuda {
 
-// logits [n, ld_logits] -> ids [n, k], weights [n, k] (descending weight; ties to the lower id).
-// overlap (here and in moe_group, MoeCombine): programmatic dependent launches (cuda_launch.h).
-void moe_route(const float* logits, int64_t ld_logits, int64_t n, int n_experts, int k, int32_t* ids,
-               float* weights, cudaStream_t stream, bool overlap = false);
-
-// One token: as moe_route, plus gemv index lists (table entries):
+// One token: routed as moe_route_group routes, plus gemv index lists (table entries):
 //   gate_up [2k + 2] = gate of the k chosen experts (3·id), their up (3·id + 1), shared gate, shared up
 //   down    [k + 1]  = down of the k chosen experts (3·id + 2), shared down
 // so the routed problems come first and the shared expert can also run as a launch of its own.
@@ -38,7 +34,7 @@ void moe_route_decode(const float* logits, int n_experts, int k, int32_t* ids, f
 // Scratch and outputs of the grouping of n·k (token, expert) pairs.
 struct MoeGrouping {
   int32_t* offsets;               // [E + 1]  group g owns slots [offsets[g], offsets[g + 1])
-  int32_t* fill;                  // [E]      scratch
+  int32_t* counts;                // [E + 1]  scratch: zero before the first grouping, left zero
   int32_t* slot_row;              // [n·k]    token whose row fills each slot
   int32_t* slot_of;               // [n·k]    slot of pair i (token i / k, rank i % k)
   GemmTile* tiles;                // [max_tiles(n·k, E)]
@@ -49,9 +45,11 @@ struct MoeGrouping {
 inline int64_t moe_max_tiles(int64_t pairs, int n_experts) {
   return (pairs + kGemmTileRows - 1) / kGemmTileRows + n_experts;
 }
-// ids [n·k], each in [0, n_experts).
-void moe_group(const int32_t* ids, int64_t n, int k, int n_experts, const MoeGrouping& g, cudaStream_t stream,
-               bool overlap = false);
+// logits [n, ld_logits] -> ids [n, k], weights [n, k] (descending weight; ties to the lower id), and
+// the grouping of those pairs into g (the counting in the routing's kernel).
+// overlap (here and in MoeCombine): programmatic dependent launches (cuda_launch.h).
+void moe_route_group(const float* logits, int64_t ld_logits, int64_t n, int n_experts, int k, int32_t* ids,
+                     float* weights, const MoeGrouping& g, cudaStream_t stream, bool overlap = false);
 
 // out[r, j] = silu(gate[r·ld_in + j]) · up[r·ld_in + j] for r < rows, j < width; bf16 when out_bf16.
 void swiglu(const float* gate, const float* up, int64_t ld_in, int64_t rows, int64_t width, void* out,
