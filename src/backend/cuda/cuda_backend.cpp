@@ -1031,7 +1031,7 @@ class CudaBackend final : public Backend {
   // next_norm: the next layer's input norm, which the combine then computes into p_.normed.
   void prefill_moe(const CudaMoeWeights& w, int64_t n, const float* next_norm) {
     // The shared expert needs no routing: on the side stream it fills the SMs that the router and the
-    // grouping (narrow launches, one block for the counts) leave idle. Serial while stages are timed,
+    // routing (narrow launches, one last block for the scan) leave idle. Serial while stages are timed,
     // so each stage keeps its own time.
     const bool side = shared_overlap_ && !timer_.active();
     if (side) {

@@ -36,7 +36,8 @@ struct MoeGrouping {
   int32_t* offsets;               // [E + 1]  group g owns slots [offsets[g], offsets[g + 1])
   int32_t* counts;                // [E + 1]  scratch: zero before the first grouping, left zero
   int32_t* slot_row;              // [n·k]    token whose row fills each slot
-  int32_t* slot_of;               // [n·k]    slot of pair i (token i / k, rank i % k)
+  int32_t* slot_of;               // [n·k]    slot of pair i (token i / k, choice i % k); its rank
+                                  //          within the expert between the two kernels
   GemmTile* tiles;                // [max_tiles(n·k, E)]
   int32_t* tile_count;            // [1]
   int tile_rows = kGemmTileRows;  // slots per tile at most: 64, 128 or 144 (GemmArgs::tile_rows)
