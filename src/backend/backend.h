@@ -52,7 +52,8 @@ struct BackendOptions {
   // slots instead of 144), "shared-overlap" (the shared expert on the main stream instead of beside the
   // routed experts), "prefill-overlap" (prefill's kernels launched plainly instead of as programmatic
   // dependent launches, from 2K-row chunks), "combine-norm" (the next layer's input RMSNorm as a kernel of
-  // its own instead of in the MoE combine).
+  // its own instead of in the MoE combine), "dense-bf16" (no bf16 copies of the mixers' matrices: their
+  // prefill GEMMs decode the 4-bit codes in the wgmma kernel instead of reading bf16 through gemm_tma).
   std::string cuda_off;
 };
 

@@ -28,7 +28,7 @@ void EngineOptions::add_to(ArgParser& p) {
            "decode-attention, gemv-rows, carry-z (decode); "
            "wgmma, gemm, conv, router-bf16, router, attention-wgmma, attention-pipeline, attention, "
            "chunked-scan, down-bf16, deltanet-in-bf16, in-proj-stack, expert-tiles-144, shared-overlap, "
-           "prefill-overlap, combine-norm (prefill)",
+           "prefill-overlap, combine-norm, dense-bf16 (prefill)",
            &cuda_off, "QWICK_CUDA_OFF");
   p.flag({"--cuda-int8"},
          "CUDA decode: int8 activations into the 4-bit matrix-vector products (faster lm_head)", &cuda_int8,

@@ -392,6 +392,107 @@ TEST(Gemm, Bf16LaunchesOfOneWaveAndMore) {
   }
 }
 
+// The bf16 copy of a matrix holds the values the wgmma kernel decodes: a GEMM over it through that
+// kernel (128-slot tiles, the same products in the same order) gives the same bits as one over the
+// codes. Against the CPU's dequantize_row rounded to bf16, at most one bf16 step apart (the kernels
+// round scale · code + bias once, the CPU rounds it to f32 first).
+TEST(Gemm, DecodeBf16MatchesTheKernelsValues) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  for (const MatrixCase& c :
+       {MatrixCase{WeightFormat::kAffine4, 300, 2048}, MatrixCase{WeightFormat::kAffine4, 129, 320, 32},
+        MatrixCase{WeightFormat::kAffine4, 100, 960, 96}, MatrixCase{WeightFormat::kAffine8, 200, 960, 96},
+        MatrixCase{WeightFormat::kAffine8, 33, 192}, MatrixCase{WeightFormat::kBF16, 77, 320}}) {
+    SCOPED_TRACE(describe(c));
+    HostMatrix h = random_matrix(c.format, c.rows, c.cols, c.group, rng);
+    auto up = cuda::upload_matrix(h.w, nullptr);
+    DeviceArray<uint16_t> copy(static_cast<size_t>(c.rows * c.cols));
+    cuda::decode_bf16(up.m, copy.data(), nullptr);
+    const std::vector<uint16_t> got = copy.download();
+    std::vector<float> row(static_cast<size_t>(c.cols));
+    int64_t off_by_one = 0;
+    for (int64_t r = 0; r < c.rows; ++r) {
+      dequantize_row(h.w, r, row.data());
+      for (int64_t i = 0; i < c.cols; ++i) {
+        const int diff = std::abs(static_cast<int>(got[static_cast<size_t>(r * c.cols + i)]) -
+                                  static_cast<int>(f32_to_bf16(row[static_cast<size_t>(i)])));
+        ASSERT_LE(diff, 1) << "row " << r << " column " << i;
+        off_by_one += diff;
+      }
+    }
+    EXPECT_LE(off_by_one, c.rows * c.cols / 100);
+
+    const int64_t n = 200;
+    const auto x = round_bf16(randn(static_cast<size_t>(n * c.cols), rng));
+    DeviceArray<uint16_t> dx(to_bf16(x));
+    DeviceArray<float> from_codes(static_cast<size_t>(n * c.rows)),
+        from_copy(static_cast<size_t>(n * c.rows));
+    DeviceMatrix m16;
+    m16.rows = c.rows, m16.cols = c.cols, m16.row_bytes = 2 * c.cols;
+    m16.data = reinterpret_cast<const uint8_t*>(copy.data());
+    for (auto [m, y] : {std::pair{up.m, &from_codes}, std::pair{m16, &from_copy}}) {
+      cuda::GemmArgs a = cuda::gemm_args(m, dx.data(), c.cols, n, y->data(), c.rows);
+      a.tile_rows = 128;
+      cuda::gemm(a, nullptr);
+    }
+    EXPECT_EQ(from_codes.download(), from_copy.download());
+  }
+}
+
+// The TMA GEMM for bf16 weights (gemm_tma_cuda.cu) on its own, over k slices fewer and more than its
+// 4 stages, ragged W and slot tiles, slot tiles past one group of 16 (4357 rows: 18 tiles, a last
+// group of 2), X rows further apart than K, f32 output stored or added, bf16 output; and through
+// gemm() where its tiles fill the GPU, which hands it the launch.
+TEST(Gemm, TmaMatchesCpu) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  struct Case {
+    int64_t rows, cols, n, ldx;
+  };
+  for (const Case& c : {Case{2050, 448, 300, 448}, Case{300, 4096, 513, 4096}, Case{130, 128, 4357, 192},
+                        Case{8192, 2048, 256, 2048}, Case{64, 192, 1, 256}}) {
+    SCOPED_TRACE(fmt::format("[{} x {}], {} rows of {}", c.rows, c.cols, c.n, c.ldx));
+    HostMatrix h = random_matrix(WeightFormat::kBF16, c.rows, c.cols, 64, rng);
+    auto up = cuda::upload_matrix(h.w, nullptr);
+    auto xs = round_bf16(randn(static_cast<size_t>(c.n * c.ldx), rng));
+    std::vector<float> x(static_cast<size_t>(c.n * c.cols));
+    for (int64_t s = 0; s < c.n; ++s) std::copy_n(xs.begin() + s * c.ldx, c.cols, x.begin() + s * c.cols);
+    const auto ref = cpu_matmul(h.w, x, c.n), terms = term_sizes(h.w, x, c.n);
+    DeviceArray<uint16_t> dx(to_bf16(xs));
+    DeviceArray<float> dy(static_cast<size_t>(c.n * c.rows));
+    cuda::GemmArgs a = cuda::gemm_args(up.m, dx.data(), c.ldx, c.n, dy.data(), c.rows);
+    cuda::gemm_tma(a, nullptr);
+    EXPECT_LT(term_err(dy.download(), ref, terms), 2.5e-3);
+    const auto base = randn(ref.size(), rng);
+    dy.upload(base);
+    a.accumulate = true;
+    cuda::gemm_tma(a, nullptr);
+    std::vector<float> want(base);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += ref[i];
+    EXPECT_LT(term_err(dy.download(), want, terms), 2.5e-3);
+    DeviceArray<uint16_t> dy16(ref.size());
+    a.accumulate = false;
+    a.y = nullptr;
+    a.y16 = dy16.data();
+    cuda::gemm_tma(a, nullptr);
+    const std::vector<uint16_t> y16 = dy16.download();
+    std::vector<float> y(y16.size());
+    for (size_t i = 0; i < y.size(); ++i) y[i] = bf16_to_f32(y16[i]);
+    EXPECT_LT(term_err(y, ref, terms), 5e-3);
+  }
+  // 1000 outputs × 4500 rows: 8 × 18 = 144 blocks, more than the H200's 132 SMs.
+  HostMatrix h = random_matrix(WeightFormat::kBF16, 1000, 512, 64, rng);
+  auto up = cuda::upload_matrix(h.w, nullptr);
+  const int64_t n = 4500;
+  ASSERT_TRUE(cuda::gemm_tma_fills(1000, n));
+  const auto x = round_bf16(randn(static_cast<size_t>(n * 512), rng));
+  const auto ref = cpu_matmul(h.w, x, n), terms = term_sizes(h.w, x, n);
+  DeviceArray<uint16_t> dx(to_bf16(x));
+  DeviceArray<float> dy(static_cast<size_t>(n * 1000));
+  cuda::gemm(cuda::gemm_args(up.m, dx.data(), 512, n, dy.data(), 1000), nullptr);
+  EXPECT_LT(term_err(dy.download(), ref, terms), 2.5e-3);
+}
+
 // The prefill router's f32 GEMM: f32 activations and exact weights, so the GEMV's bound.
 TEST(GemmF32, MatchesCpuAtTheGemvBound) {
   QWICK_REQUIRE_GPU();
@@ -732,8 +833,9 @@ TEST(Gemm, Timing) {
     }
     fmt::print("\n");
   };
-  for (auto [rows, cols, what] : {std::tuple{int64_t{8192}, H, "DeltaNet qkv 8192x2048"},
-                                  std::tuple{int64_t{4096}, H, "DeltaNet z 4096x2048"},
+  for (auto [rows, cols, what] : {std::tuple{int64_t{12352}, H, "DeltaNet qkv|z|b|a 12352x2048"},
+                                  std::tuple{int64_t{8192}, H, "DeltaNet qkv 8192x2048"},
+                                  std::tuple{int64_t{9216}, H, "attention q|k|v 9216x2048"},
                                   std::tuple{H, int64_t{4096}, "DeltaNet out 2048x4096"},
                                   std::tuple{int64_t{512}, H, "shared gate 512x2048"}}) {
     HostMatrix h = random_matrix(WeightFormat::kAffine4, rows, cols, 64, rng);
@@ -742,6 +844,16 @@ TEST(Gemm, Timing) {
     report(what, 2.0 * n * rows * cols, a);
     a.tile_rows = 128;  // the wgmma kernel's 256-slot tiles (its default here) against 128
     report("  128-slot tiles", 2.0 * n * rows * cols, a);
+    // Its bf16 copy through gemm_tma (the prefill's dense matrices, add_prefill_copies).
+    DeviceArray<uint16_t> copy(static_cast<size_t>(rows * cols));
+    cuda::decode_bf16(up.m, copy.data(), nullptr);
+    DeviceMatrix m16;
+    m16.rows = rows, m16.cols = cols, m16.row_bytes = 2 * cols;
+    m16.data = reinterpret_cast<const uint8_t*>(copy.data());
+    const cuda::GemmArgs a16 = cuda::gemm_args(m16, dx.data(), cols, n, dy.data(), rows);
+    const double us = median_us([&] { cuda::gemm_tma(a16, nullptr); });
+    fmt::print("{:<32} {:>10} {:>10} {:>6.0f} {:>3.0f}\n", "  bf16 copy, gemm_tma", "", "", us,
+               2.0 * n * rows * cols / us * 1e-6);
   }
   {  // the router's bf16 rows with the shared gate's (cuda_weights.h: route16), 64-slot tiles by default
     const int64_t rows = E + 1, ld = E + 4;

@@ -114,6 +114,7 @@ class CudaBackend final : public Backend {
     check(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaMallocHost(&host_token_, sizeof(int32_t)), "cudaMallocHost");
     weights_ = upload_weights(model, stream_);
+    if (dense_bf16_) add_prefill_copies(weights_, stream_);
     allocate_state();
     allocate_decode();
     reset();
@@ -282,12 +283,14 @@ class CudaBackend final : public Backend {
         wide_expert_tiles_ = false;
       else if (name == "shared-overlap")
         shared_overlap_ = false;
+      else if (name == "dense-bf16")
+        dense_bf16_ = false;
       else if (!name.empty())
         fail(
             "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, gemv-rows, "
             "carry-z, wgmma, gemm, conv, router-bf16, router, attention-wgmma, attention-pipeline, "
             "attention, chunked-scan, down-bf16, deltanet-in-bf16, in-proj-stack, expert-tiles-144, "
-            "shared-overlap, prefill-overlap, combine-norm)",
+            "shared-overlap, prefill-overlap, combine-norm, dense-bf16)",
             name);
       begin = end + 1;
     }
@@ -569,8 +572,9 @@ class CudaBackend final : public Backend {
   // The mixer's input projections of the normed rows, side by side in y ([n, ld], ld their rows
   // together; returns ld): one GEMM over their stacked matrix, or one per part when their formats
   // differ (or the lever is off). The rows go to y in f32, or to y16 in bf16 where that is set.
-  int64_t project_in(const DeviceMatrix& stacked, std::initializer_list<DeviceMatrix> parts, float* y,
-                     int64_t n, uint16_t* y16 = nullptr) {
+  int64_t project_in(const DeviceMatrix& stacked, const DeviceMatrix& stacked16,
+                     std::initializer_list<DeviceMatrix> parts, float* y, int64_t n,
+                     uint16_t* y16 = nullptr) {
     int64_t ld = 0;
     for (const DeviceMatrix& m : parts) ld += m.rows;
     const auto project = [&](const DeviceMatrix& m, int64_t col) {
@@ -581,12 +585,17 @@ class CudaBackend final : public Backend {
       gemm(a, stream_);
     };
     if (stack_in_proj_ && stacked.rows == ld) {
-      project(stacked, 0);
+      project(prefill_matrix(stacked, stacked16, n), 0);
       return ld;
     }
     int64_t col = 0;
     for (const DeviceMatrix& m : parts) project(m, col), col += m.rows;
     return ld;
+  }
+
+  // The bf16 copy of m (add_prefill_copies) where gemm_tma takes an n-row GEMM of it, else m.
+  DeviceMatrix prefill_matrix(const DeviceMatrix& m, const DeviceMatrix& copy, int64_t n) const {
+    return copy.rows > 0 && gemm_kernel_ == GemmKernel::kWgmma && gemm_tma_fills(m.rows, n) ? copy : m;
   }
 
   // On stream `s`, or stream_ when s is null (not the legacy default stream; then as a programmatic
@@ -896,7 +905,7 @@ class CudaBackend final : public Backend {
     const int64_t q_stride = cfg_.attn_output_gate ? 2 * hd : hd, nq_hd = int64_t{cfg_.n_heads} * hd;
     const int64_t H = cfg_.hidden_size;
     timer_.mark("attention: q k v projections");
-    const int64_t ld = project_in(w.in_proj, {w.q, w.k, w.v}, p_.att_in, n);
+    const int64_t ld = project_in(w.in_proj, w.in_proj16, {w.q, w.k, w.v}, p_.att_in, n);
     const float* q = p_.att_in;
     const auto& [kc, vc] = kv_cache_[static_cast<size_t>(slot)];
     AttentionPrepArgs prep{q,
@@ -943,7 +952,7 @@ class CudaBackend final : public Backend {
     timer_.mark("attention: flash prefill");
     attention_prefill(at, stream_);
     timer_.mark("attention: o projection");
-    gemm_one(w.o, p_.att16, nq_hd, n, p_.hidden, H, true);
+    gemm_one(prefill_matrix(w.o, w.o16, n), p_.att16, nq_hd, n, p_.hidden, H, true);
   }
 
   void prefill_deltanet(const CudaDeltaNetWeights& w, int slot, int64_t n) {
@@ -953,7 +962,7 @@ class CudaBackend final : public Backend {
     // In bf16 (deltanet_in_bf16_) in the f32 buffer: read by the conv, the gated norm and the gates
     // only, which then move half the bytes.
     uint16_t* const in16 = deltanet_in_bf16_ ? reinterpret_cast<uint16_t*>(p_.dn_in) : nullptr;
-    const int64_t ld = project_in(w.in_proj, {w.qkv, w.z, w.b, w.a}, p_.dn_in, n, in16);
+    const int64_t ld = project_in(w.in_proj, w.in_proj16, {w.qkv, w.z, w.b, w.a}, p_.dn_in, n, in16);
     // Where q|k|v, z, b and a start in either buffer.
     const int64_t at_z = C, at_b = at_z + Vt, at_a = at_b + Hv;
     const float* const in32 = in16 ? nullptr : p_.dn_in;
@@ -1013,7 +1022,7 @@ class CudaBackend final : public Backend {
     norm.overlap = prefill_overlap();
     gated_rms_norm_rows(norm, stream_);
     timer_.mark("deltanet: out projection");
-    gemm_one(w.out, p_.dn16, Vt, n, p_.hidden, H, true);
+    gemm_one(prefill_matrix(w.out, w.out16, n), p_.dn16, Vt, n, p_.hidden, H, true);
   }
 
   // Most slots per tile of the expert groups of an n-row chunk. The wgmma kernel takes 128 (64 for the
@@ -1227,6 +1236,7 @@ class CudaBackend final : public Backend {
   bool combine_norm_ = true;     // the MoE combine computes the next layer's input norm
   bool chunk_overlap_ = false;   // prefill_overlap() of the chunk running
   bool stack_in_proj_ = true;
+  bool dense_bf16_ = true;  // bf16 copies of the mixers' matrices for long prefill chunks (gemm_tma)
   AttentionPrefillVariant attention_ = AttentionPrefillVariant::kWgmma;
   bool q8_;  // BackendOptions::device_int8, unless exact
   StageTimer timer_;

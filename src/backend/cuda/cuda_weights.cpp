@@ -349,15 +349,33 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
     cl.input_norm = V(lp.input_norm);
     cl.post_norm = V(lp.post_norm);
     if (lp.vecs.size() == 2) {
-      CudaAttentionWeights a{M(lp.mats[0]),        M(lp.mats[1]), M(lp.mats[2]), M(lp.mats[3]),
-                             stacked(lp.in_stack), nullptr,       V(lp.vecs[0]), V(lp.vecs[1])};
+      CudaAttentionWeights a{M(lp.mats[0]),
+                             M(lp.mats[1]),
+                             M(lp.mats[2]),
+                             M(lp.mats[3]),
+                             stacked(lp.in_stack),
+                             nullptr,
+                             V(lp.vecs[0]),
+                             V(lp.vecs[1]),
+                             {},
+                             {}};
       refs[L].qkv = tables.size();
       tables.insert(tables.end(), {a.q, a.k, a.v});
       cl.mixer = a;
     } else {
-      CudaDeltaNetWeights d{M(lp.mats[0]), M(lp.mats[1]),        M(lp.mats[2]), M(lp.mats[3]),
-                            M(lp.mats[4]), stacked(lp.in_stack), nullptr,       V(lp.vecs[0]),
-                            V(lp.vecs[1]), V(lp.vecs[2]),        V(lp.vecs[3])};
+      CudaDeltaNetWeights d{M(lp.mats[0]),
+                            M(lp.mats[1]),
+                            M(lp.mats[2]),
+                            M(lp.mats[3]),
+                            M(lp.mats[4]),
+                            stacked(lp.in_stack),
+                            nullptr,
+                            V(lp.vecs[0]),
+                            V(lp.vecs[1]),
+                            V(lp.vecs[2]),
+                            V(lp.vecs[3]),
+                            {},
+                            {}};
       refs[L].proj = tables.size();
       tables.insert(tables.end(), {d.qkv, d.b, d.a, d.z});
       cl.mixer = d;
@@ -396,6 +414,42 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
   }
   out.bytes = static_cast<int64_t>(out.storage.size() + out.tables.size());
   return out;
+}
+
+void add_prefill_copies(CudaModelWeights& w, cudaStream_t stream) {
+  std::vector<std::pair<const DeviceMatrix*, DeviceMatrix*>> jobs;  // (source, its copy)
+  for (CudaLayerWeights& l : w.layers) {
+    if (auto* a = std::get_if<CudaAttentionWeights>(&l.mixer))
+      jobs.insert(jobs.end(), {{&a->in_proj, &a->in_proj16}, {&a->o, &a->o16}});
+    else if (auto* d = std::get_if<CudaDeltaNetWeights>(&l.mixer))
+      jobs.insert(jobs.end(), {{&d->in_proj, &d->in_proj16}, {&d->out, &d->out16}});
+  }
+  const auto copy_bytes = [](const DeviceMatrix& m) {  // 256-byte aligned pieces
+    return m.rows == 0 || m.format == WeightFormat::kBF16
+               ? size_t{0}
+               : (static_cast<size_t>(m.rows * m.cols) * 2 + 255) / 256 * 256;
+  };
+  size_t total = 0;
+  for (const auto& [src, copy] : jobs) total += copy_bytes(*src);
+  w.copies = DeviceBuffer(total);
+  size_t offset = 0;
+  for (const auto& [src, copy] : jobs) {
+    if (src->rows == 0) continue;
+    if (src->format == WeightFormat::kBF16) {
+      *copy = *src;
+      continue;
+    }
+    DeviceMatrix c;
+    c.rows = src->rows;
+    c.cols = src->cols;
+    c.row_bytes = 2 * src->cols;
+    c.data = w.copies.data() + offset;
+    decode_bf16(*src, reinterpret_cast<uint16_t*>(w.copies.data() + offset), stream);
+    *copy = c;
+    offset += copy_bytes(*src);
+  }
+  check(cudaStreamSynchronize(stream), "prefill copies");
+  w.bytes += static_cast<int64_t>(total);
 }
 
 }  // namespace qwick::cuda

@@ -22,6 +22,7 @@ struct CudaAttentionWeights {
   const DeviceMatrix* qkv_table;  // device [3]: q, k, v (one gemv launch)
   const float* q_norm;            // [head_dim], 1 + w
   const float* k_norm;
+  DeviceMatrix in_proj16, o16;  // bf16 copies for prefill (add_prefill_copies); rows 0 without
 };
 
 struct CudaDeltaNetWeights {
@@ -32,6 +33,7 @@ struct CudaDeltaNetWeights {
   const float* a_neg;              // [Hv]
   const float* dt_bias;            // [Hv]
   const float* norm;               // [Dv]
+  DeviceMatrix in_proj16, out16;   // bf16 copies for prefill (add_prefill_copies); rows 0 without
 };
 
 struct CudaMoeWeights {
@@ -58,12 +60,18 @@ struct CudaModelWeights {
   std::vector<CudaLayerWeights> layers;
   int64_t bytes = 0;  // device bytes of all of the above
 
-  DeviceBuffer storage, tables;
+  DeviceBuffer storage, tables, copies;
 };
 
 // Uploads every matrix and vector the forward pass reads. Throws Error naming the tensor when a
 // matrix's shape does not suit the kernels (inputs a multiple of 64, groups a multiple of 32).
 CudaModelWeights upload_weights(const Model& model, cudaStream_t stream);
+
+// bf16 copies of each mixer's stacked input projections and output projection, decoded on the GPU
+// from the uploaded codes (decode_bf16) into `copies`: the prefill reads them through gemm_tma, whose
+// warps then only issue products (2.6 GB for the full model). A matrix already in bf16 is its own
+// copy; an input projection whose parts could not be stacked gets none.
+void add_prefill_copies(CudaModelWeights& w, cudaStream_t stream);
 
 // One matrix on its own (tests), through the same upload path.
 struct UploadedMatrix {

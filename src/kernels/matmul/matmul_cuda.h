@@ -12,6 +12,8 @@
 //             register operand, dequantized by each thread straight into its fragment
 //           pipelined (gemm_pipelined_cuda.cu): 128 outputs × 64/128 slots on mma.sync m16n8k16, W
 //             dequantized in registers by each warp
+//             (bf16 weights with enough rows: gemm_tma, the same tiles with TMA copies and both
+//             operands in shared memory)
 //           simple (gemm_cuda.cu): 64 × 64 tiles, load-barrier-compute, W dequantized into shared
 //             memory; the fallback (expert widths not a multiple of 128) and the ablation baseline
 //
@@ -143,6 +145,16 @@ inline GemmArgs gemm_args(const DeviceMatrix& m, const uint16_t* x, int64_t ldx,
 // wgmma one for every SwiGLU launch).
 void gemm_wgmma(const GemmArgs& args, cudaStream_t stream);
 void gemm_pipelined(const GemmArgs& args, cudaStream_t stream);
+// The bf16 GEMM on TMA copies with both operands of the products in shared memory (gemm_tma_cuda.cu):
+// a plain GEMM of one bf16 matrix (no table, tile list, x_rows, parts or SwiGLU). gemm_wgmma hands it
+// such GEMMs (tile_rows 0) when gemm_tma_fills: their 256-slot tiles give every SM a block.
+void gemm_tma(const GemmArgs& args, cudaStream_t stream);
+bool gemm_tma_fills(int64_t N, int64_t n);
+
+// m's values as bf16 rows [m.rows, m.cols] into `out` (16-byte aligned), decoded as the wgmma GEMM
+// decodes them (decode_bf16_cuda.cu): a GEMM over the copy sums the same products as one over m.
+// The prefill's bf16 copies of the dense matrices.
+void decode_bf16(const DeviceMatrix& m, uint16_t* out, cudaStream_t stream);
 
 // y[t] = W·x[t] for n f32 rows (x [n, W.cols], y [n, W.rows]) with f32 activations and exactly
 // dequantized weights (gemm_f32_cuda.cu): the prefill router in f32 (lever router-bf16 off).

@@ -1,0 +1,62 @@
+// A weight matrix decoded to bf16 rows on the GPU (matmul_cuda.h: decode_bf16), with the values the
+// wgmma GEMM decodes into its fragments (gemm_wgmma_cuda.cu: fragment): 4-bit codes by one bf16 fma
+// (gemm_tile.cuh: dequant4_pair), 8-bit codes in f32 rounded to bf16. A GEMM over the copy then
+// sums the same products as one over the codes, in another order.
+//
+// A thread writes 8 outputs (16 bytes) from one 4-byte word of 4-bit codes, two of 8-bit ones or 16
+// bytes of bf16; the 8 lie in one quantization group (groups are multiples of 32 wide).
+//
+// Tests: tests/cuda/cuda_kernels_test.cpp (Gemm.DecodeBf16MatchesDequantize) against dequantize_row.
+#include "kernels/matmul/dequant.cuh"
+#include "kernels/matmul/gemm_tile.cuh"
+
+namespace qwick::cuda {
+namespace {
+
+template <WeightFormat F>
+__global__ void decode_bf16_kernel(DeviceMatrix m, uint16_t* out) {
+  const int64_t per_row = m.cols / 8, i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= m.rows * per_row) return;
+  const int64_t r = i / per_row, c = (i % per_row) * 8;
+  const uint8_t* row = m.data + r * m.row_bytes;
+  uint4 v;
+  if constexpr (F == WeightFormat::kBF16) {
+    v = *reinterpret_cast<const uint4*>(row + 2 * c);
+  } else {
+    const int64_t q = r * (m.cols / m.group_size) + c / m.group_size;
+    const uint32_t sc = m.scales[q], bi = m.biases[q];
+    if constexpr (F == WeightFormat::kAffine4) {
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(row + c / 2), s2 = sc | sc << 16,
+                     b2 = bi | bi << 16;
+      v = make_uint4(dequant4_pair(w, w >> 4, 0, s2, b2), dequant4_pair(w, w >> 4, 1, s2, b2),
+                     dequant4_pair(w, w >> 4, 2, s2, b2), dequant4_pair(w, w >> 4, 3, s2, b2));
+    } else {
+      const uint2 w = *reinterpret_cast<const uint2*>(row + c);
+      const float s = bf16_to_f32(static_cast<uint16_t>(sc)), b = bf16_to_f32(static_cast<uint16_t>(bi));
+      uint32_t p[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t word = j < 2 ? w.x : w.y, sh = 16 * (j & 1);
+        p[j] = pack_bf16x2(static_cast<float>((word >> sh) & 0xffu) * s + b,
+                           static_cast<float>((word >> (sh + 8)) & 0xffu) * s + b);
+      }
+      v = make_uint4(p[0], p[1], p[2], p[3]);
+    }
+  }
+  *reinterpret_cast<uint4*>(out + r * m.cols + c) = v;
+}
+
+}  // namespace
+
+void decode_bf16(const DeviceMatrix& m, uint16_t* out, cudaStream_t stream) {
+  if (m.cols % 64 != 0 || reinterpret_cast<uintptr_t>(out) % 16 != 0)
+    check(cudaErrorInvalidValue, "decode_bf16: columns a multiple of 64, output 16-byte aligned");
+  const int64_t threads = m.rows * m.cols / 8;
+  if (threads == 0) return;
+  with_device_format(m.format, "decode_bf16: weights must be affine 4/8-bit or bf16 on the GPU", [&](auto f) {
+    decode_bf16_kernel<f.value><<<blocks_for(threads, 256), 256, 0, stream>>>(m, out);
+  });
+  check_launch("decode_bf16");
+}
+
+}  // namespace qwick::cuda
