@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Writes the token file of the GPU scripts' CUDA-vs-CPU logit comparison: 300 ids drawn with a fixed
-seed, as a safetensors file with one I32 tensor "tokens" (the input of `qwick eval --tokens`).
-Usage: tools/eval_tokens.py OUT"""
+"""Writes the token file of the GPU scripts' CUDA-vs-CPU logit comparison: 300 ids (or COUNT) drawn
+with a fixed seed, as a safetensors file with one I32 tensor "tokens" (the input of `qwick eval
+--tokens`).
+Usage: tools/eval_tokens.py OUT [COUNT]"""
 import json
 import random
 import struct
 import sys
 
-COUNT, VOCAB = 300, 248044
+COUNT, VOCAB = int(sys.argv[2]) if len(sys.argv) > 2 else 300, 248044
 
 random.seed(0)
 ids = [random.randrange(0, VOCAB) for _ in range(COUNT)]

@@ -9,7 +9,7 @@
 # Logs go to $OUT (default gpu-out); a short summary is printed last.
 set -uo pipefail
 lengths=${2:-512,4K,32K}
-levers=${3:-wgmma gemm router-bf16 chunked-scan conv attention-wgmma attention-pipeline attention down-bf16 deltanet-in-bf16 in-proj-stack expert-tiles-144 shared-overlap prefill-overlap combine-norm}
+levers=${3:-wgmma gemm router-bf16 chunked-scan conv attention-wgmma attention-pipeline attention down-bf16 deltanet-in-bf16 in-proj-stack expert-tiles-144 shared-overlap prefill-overlap combine-norm dense-bf16}
 source "$(dirname "$0")/gpu_env.sh" "$1"
 
 gpu_test cuda_kernels_test

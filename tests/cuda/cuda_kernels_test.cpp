@@ -441,8 +441,8 @@ TEST(Gemm, DecodeBf16MatchesTheKernelsValues) {
 
 // The TMA GEMM for bf16 weights (gemm_tma_cuda.cu) on its own, over k slices fewer and more than its
 // 4 stages, ragged W and slot tiles, slot tiles past one group of 16 (4357 rows: 18 tiles, a last
-// group of 2), X rows further apart than K, f32 output stored or added, bf16 output; and through
-// gemm() where its tiles fill the GPU, which hands it the launch.
+// group of 2), X rows further apart than K, f32 output stored or added, bf16 output, SwiGLU; and
+// through gemm() where its tiles fill the GPU, which hands it the launch.
 TEST(Gemm, TmaMatchesCpu) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
@@ -479,6 +479,33 @@ TEST(Gemm, TmaMatchesCpu) {
     std::vector<float> y(y16.size());
     for (size_t i = 0; i < y.size(); ++i) y[i] = bf16_to_f32(y16[i]);
     EXPECT_LT(term_err(y, ref, terms), 5e-3);
+  }
+  // SwiGLU over a gate|up pair stacked in 8-row runs by decode_bf16 (the shared expert's copy): 4-bit
+  // gate and up of 256 rows, act = bf16(silu(gate · x) · (up · x)).
+  {
+    const int64_t I = 256, K = 512, n = 300;
+    HostMatrix hg = random_matrix(WeightFormat::kAffine4, I, K, 64, rng),
+               hu = random_matrix(WeightFormat::kAffine4, I, K, 64, rng);
+    auto ug = cuda::upload_matrix(hg.w, nullptr), uu = cuda::upload_matrix(hu.w, nullptr);
+    DeviceArray<uint16_t> stacked(static_cast<size_t>(2 * I * K));
+    cuda::decode_bf16(ug.m, stacked.data(), nullptr, 0);
+    cuda::decode_bf16(uu.m, stacked.data(), nullptr, 1);
+    DeviceMatrix m16;
+    m16.rows = 2 * I, m16.cols = K, m16.row_bytes = 2 * K;
+    m16.data = reinterpret_cast<const uint8_t*>(stacked.data());
+    const auto x = round_bf16(randn(static_cast<size_t>(n * K), rng));
+    const auto gate = cpu_matmul(hg.w, x, n), up = cpu_matmul(hu.w, x, n);
+    std::vector<float> want(gate.size());
+    for (size_t i = 0; i < want.size(); ++i) want[i] = silu(gate[i]) * up[i];
+    DeviceArray<uint16_t> dx(to_bf16(x)), act(want.size());
+    cuda::GemmArgs a = cuda::gemm_args(m16, dx.data(), K, n, nullptr, 0);
+    a.act = act.data();
+    a.ld_act = I;
+    cuda::gemm_tma(a, nullptr);
+    const std::vector<uint16_t> got16 = act.download();
+    std::vector<float> got(got16.size());
+    for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_f32(got16[i]);
+    EXPECT_LT(rel_err(got, want), 1e-2);
   }
   // 1000 outputs × 4500 rows: 8 × 18 = 144 blocks, more than the H200's 132 SMs.
   HostMatrix h = random_matrix(WeightFormat::kBF16, 1000, 512, 64, rng);

@@ -5,7 +5,8 @@
 //   DeltaNet layers   conv window [K-1, channels] and recurrent state [Hv, Dv, Dk], f32
 //
 // prefill runs in chunks: f32 residual stream, bf16 activations into the tensor-core GEMMs (the router
-// too, as the CPU's prefill; lever router-bf16 off: f32), every MoE grouping step on the device, the
+// too, as the CPU's prefill; lever router-bf16 off: f32), the dense matrices from bf16 copies where a
+// chunk is long enough (add_prefill_copies, gemm_tma), every MoE grouping step on the device, the
 // shared expert on a second stream beside the routed ones. decode runs
 // one row with f32 activations through the GEMV kernels; the whole step (embedding .. lm_head .. token
 // choice) is one CUDA graph, captured at the first decode and replayed: it reads the input token and the
@@ -1158,9 +1159,18 @@ class CudaBackend final : public Backend {
     const bool in_table = gemm_kernel_ != GemmKernel::kSimple &&
                           w.shared_gate_proj.format == w.expert_format &&
                           same_format(w.shared_gate_proj, w.shared_up) && S % 128 == 0;
-    // SwiGLU in the wgmma kernel's epilogue, as for the routed experts.
+    // SwiGLU in the wgmma kernel's epilogue, as for the routed experts, or in gemm_tma's over the
+    // stacked bf16 copy.
     const bool fused = in_table && gemm_kernel_ == GemmKernel::kWgmma;
-    if (in_table) {
+    const DeviceMatrix& gate_up16 = w.shared_gate_up16;
+    const bool copy =
+        gate_up16.rows > 0 && gemm_kernel_ == GemmKernel::kWgmma && gemm_tma_fills(gate_up16.rows, n);
+    if (copy) {
+      GemmArgs su = gemm_args(gate_up16, p_.normed, H, n, nullptr, 0);
+      su.act = p_.shared_act;
+      su.ld_act = S;
+      gemm(su, s);
+    } else if (in_table) {
       // gate|up in one launch through the expert table (the shared expert is its entry E): twice the
       // blocks of either alone.
       GemmArgs su = expert_gate_up(w, static_cast<int>(3 * E), S, p_.shared_gate_up);
@@ -1174,8 +1184,10 @@ class CudaBackend final : public Backend {
       gemm_one(w.shared_gate_proj, p_.normed, H, n, p_.shared_gate_up, 2 * S, false, s);
       gemm_one(w.shared_up, p_.normed, H, n, p_.shared_gate_up + S, 2 * S, false, s);
     }
-    if (!fused) swiglu(p_.shared_gate_up, p_.shared_gate_up + S, 2 * S, n, S, p_.shared_act, S, true, s);
-    gemm_one(w.shared_down, p_.shared_act, S, n, p_.shared_down, H, false, s);
+    if (!fused && !copy)
+      swiglu(p_.shared_gate_up, p_.shared_gate_up + S, 2 * S, n, S, p_.shared_act, S, true, s);
+    gemm_one(prefill_matrix(w.shared_down, w.shared_down16, n), p_.shared_act, S, n, p_.shared_down, H, false,
+             s);
   }
 
   // Prefill kernels on stream_ as programmatic dependent launches (set per chunk): serial while stages

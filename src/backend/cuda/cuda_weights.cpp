@@ -417,36 +417,52 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
 }
 
 void add_prefill_copies(CudaModelWeights& w, cudaStream_t stream) {
-  std::vector<std::pair<const DeviceMatrix*, DeviceMatrix*>> jobs;  // (source, its copy)
+  // (sources, their copy): one source decoded as it is, or a SwiGLU pair stacked in 8-row runs.
+  struct Job {
+    std::vector<const DeviceMatrix*> from;
+    DeviceMatrix* copy;
+  };
+  std::vector<Job> jobs;
   for (CudaLayerWeights& l : w.layers) {
     if (auto* a = std::get_if<CudaAttentionWeights>(&l.mixer))
-      jobs.insert(jobs.end(), {{&a->in_proj, &a->in_proj16}, {&a->o, &a->o16}});
+      jobs.insert(jobs.end(), {{{&a->in_proj}, &a->in_proj16}, {{&a->o}, &a->o16}});
     else if (auto* d = std::get_if<CudaDeltaNetWeights>(&l.mixer))
-      jobs.insert(jobs.end(), {{&d->in_proj, &d->in_proj16}, {&d->out, &d->out16}});
+      jobs.insert(jobs.end(), {{{&d->in_proj}, &d->in_proj16}, {{&d->out}, &d->out16}});
+    const CudaMoeWeights& m = l.moe;
+    if (m.shared_gate_proj.rows == m.shared_up.rows && m.shared_gate_proj.cols == m.shared_up.cols &&
+        m.shared_gate_proj.rows % 64 == 0)
+      jobs.push_back({{&m.shared_gate_proj, &m.shared_up}, &l.moe.shared_gate_up16});
+    jobs.push_back({{&m.shared_down}, &l.moe.shared_down16});
   }
-  const auto copy_bytes = [](const DeviceMatrix& m) {  // 256-byte aligned pieces
-    return m.rows == 0 || m.format == WeightFormat::kBF16
-               ? size_t{0}
-               : (static_cast<size_t>(m.rows * m.cols) * 2 + 255) / 256 * 256;
+  // A single bf16 source is its own copy; everything else takes 256-byte aligned bytes of `copies`.
+  const auto own = [](const Job& j) {
+    return j.from.size() == 1 && j.from[0]->format == WeightFormat::kBF16;
+  };
+  const auto bytes = [&](const Job& j) {
+    const DeviceMatrix& m = *j.from[0];
+    return m.rows == 0 || own(j) ? size_t{0} : (j.from.size() * m.rows * m.cols * 2 + 255) / 256 * 256;
   };
   size_t total = 0;
-  for (const auto& [src, copy] : jobs) total += copy_bytes(*src);
+  for (const Job& j : jobs) total += bytes(j);
   w.copies = DeviceBuffer(total);
   size_t offset = 0;
-  for (const auto& [src, copy] : jobs) {
-    if (src->rows == 0) continue;
-    if (src->format == WeightFormat::kBF16) {
-      *copy = *src;
+  for (const Job& j : jobs) {
+    const DeviceMatrix& first = *j.from[0];
+    if (first.rows == 0) continue;
+    if (own(j)) {
+      *j.copy = first;
       continue;
     }
+    auto* out = reinterpret_cast<uint16_t*>(w.copies.data() + offset);
+    for (size_t part = 0; part < j.from.size(); ++part)
+      decode_bf16(*j.from[part], out, stream, j.from.size() == 1 ? -1 : static_cast<int>(part));
     DeviceMatrix c;
-    c.rows = src->rows;
-    c.cols = src->cols;
-    c.row_bytes = 2 * src->cols;
-    c.data = w.copies.data() + offset;
-    decode_bf16(*src, reinterpret_cast<uint16_t*>(w.copies.data() + offset), stream);
-    *copy = c;
-    offset += copy_bytes(*src);
+    c.rows = static_cast<int64_t>(j.from.size()) * first.rows;
+    c.cols = first.cols;
+    c.row_bytes = 2 * first.cols;
+    c.data = reinterpret_cast<const uint8_t*>(out);
+    *j.copy = c;
+    offset += bytes(j);
   }
   check(cudaStreamSynchronize(stream), "prefill copies");
   w.bytes += static_cast<int64_t>(total);

@@ -41,6 +41,8 @@ struct CudaMoeWeights {
   const DeviceMatrix* route_table;   // device [2]: router, shared_gate
   DeviceMatrix route16;              // [E + 1, hidden] bf16: the router's rows, then shared_gate's (prefill)
   DeviceMatrix shared_gate_proj, shared_up, shared_down;
+  // bf16 copies for prefill (add_prefill_copies): gate and up stacked in 8-row runs, down; rows 0 without
+  DeviceMatrix shared_gate_up16, shared_down16;
   const DeviceMatrix* experts;  // device [(E + 1) · 3]: gate, up, down of expert e at 3e; shared at 3E
   WeightFormat expert_format;   // of every routed expert matrix
   int expert_group_size = 0;    // of every routed expert matrix (0: they differ)
@@ -67,10 +69,11 @@ struct CudaModelWeights {
 // matrix's shape does not suit the kernels (inputs a multiple of 64, groups a multiple of 32).
 CudaModelWeights upload_weights(const Model& model, cudaStream_t stream);
 
-// bf16 copies of each mixer's stacked input projections and output projection, decoded on the GPU
-// from the uploaded codes (decode_bf16) into `copies`: the prefill reads them through gemm_tma, whose
-// warps then only issue products (2.6 GB for the full model). A matrix already in bf16 is its own
-// copy; an input projection whose parts could not be stacked gets none.
+// bf16 copies of each mixer's stacked input projections and output projection and of the shared
+// expert, decoded on the GPU from the uploaded codes (decode_bf16) into `copies`: the prefill reads them
+// through gemm_tma, whose warps then only issue products (2.8 GB for the full model). A matrix already
+// in bf16 is its own copy; an input projection whose parts could not be stacked gets none, nor a
+// shared gate and up whose shapes differ or whose rows are not a multiple of 64.
 void add_prefill_copies(CudaModelWeights& w, cudaStream_t stream);
 
 // One matrix on its own (tests), through the same upload path.

@@ -3,6 +3,10 @@
 // (gemm_tile.cuh: dequant4_pair), 8-bit codes in f32 rounded to bf16. A GEMM over the copy then
 // sums the same products as one over the codes, in another order.
 //
+// With `part` 0 or 1, m is the gate or the up matrix of a SwiGLU pair and its rows go to 8-row runs of
+// their stacked copy: gate rows 8i..8i+7 to rows 16i..16i+7, up rows to 16i+8..16i+15, the order the
+// SwiGLU epilogue takes (gemm_tile.cuh: tile_row), so a block's 128 rows are 64 outputs' gate and up.
+//
 // A thread writes 8 outputs (16 bytes) from one 4-byte word of 4-bit codes, two of 8-bit ones or 16
 // bytes of bf16; the 8 lie in one quantization group (groups are multiples of 32 wide).
 //
@@ -14,7 +18,7 @@ namespace qwick::cuda {
 namespace {
 
 template <WeightFormat F>
-__global__ void decode_bf16_kernel(DeviceMatrix m, uint16_t* out) {
+__global__ void decode_bf16_kernel(DeviceMatrix m, uint16_t* out, int part) {
   const int64_t per_row = m.cols / 8, i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= m.rows * per_row) return;
   const int64_t r = i / per_row, c = (i % per_row) * 8;
@@ -43,18 +47,21 @@ __global__ void decode_bf16_kernel(DeviceMatrix m, uint16_t* out) {
       v = make_uint4(p[0], p[1], p[2], p[3]);
     }
   }
-  *reinterpret_cast<uint4*>(out + r * m.cols + c) = v;
+  const int64_t out_row = part < 0 ? r : 16 * (r / 8) + 8 * part + r % 8;
+  *reinterpret_cast<uint4*>(out + out_row * m.cols + c) = v;
 }
 
 }  // namespace
 
-void decode_bf16(const DeviceMatrix& m, uint16_t* out, cudaStream_t stream) {
-  if (m.cols % 64 != 0 || reinterpret_cast<uintptr_t>(out) % 16 != 0)
-    check(cudaErrorInvalidValue, "decode_bf16: columns a multiple of 64, output 16-byte aligned");
+void decode_bf16(const DeviceMatrix& m, uint16_t* out, cudaStream_t stream, int part) {
+  if (m.cols % 64 != 0 || reinterpret_cast<uintptr_t>(out) % 16 != 0 || (part >= 0 && m.rows % 8 != 0))
+    check(cudaErrorInvalidValue,
+          "decode_bf16: columns a multiple of 64, output 16-byte aligned, a SwiGLU part's rows a multiple of "
+          "8");
   const int64_t threads = m.rows * m.cols / 8;
   if (threads == 0) return;
   with_device_format(m.format, "decode_bf16: weights must be affine 4/8-bit or bf16 on the GPU", [&](auto f) {
-    decode_bf16_kernel<f.value><<<blocks_for(threads, 256), 256, 0, stream>>>(m, out);
+    decode_bf16_kernel<f.value><<<blocks_for(threads, 256), 256, 0, stream>>>(m, out, part);
   });
   check_launch("decode_bf16");
 }

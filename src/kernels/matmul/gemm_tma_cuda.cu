@@ -9,14 +9,14 @@
 //             bytes landed, its empty barrier the consumer warps done with it
 //   order     consecutive blocks take the same W tile and successive slot tiles (up to 16, a 4096-row
 //             chunk), so a W tile is read from memory once and X stays in L2
-//   output    the 4-bit kernel's epilogue (gemm_epilogue.cuh): f32 rows of y (or added to them), or bf16
-//             rows of y16
+//   output    the 4-bit kernel's epilogue (gemm_epilogue.cuh): f32 rows of y (or added to them), bf16
+//             rows of y16, or SwiGLU of a gate|up pair stacked in 8-row runs into act
 //
 // Why: the 4-bit wgmma kernel (gemm_wgmma_cuda.cu) decodes W in the threads that issue the products,
 // and is bound by that chain (docs/gpu-notes.md, session 14). A bf16 copy of the dense prefill
-// matrices (2.6 GB for the full model) read through this kernel leaves the warps only the products.
+// matrices (2.8 GB for the full model) read through this kernel leaves the warps only the products.
 //
-// Tests: tests/cuda/cuda_kernels_test.cpp (Gemm.TmaMatchesReference) against matmul_rows_reference.
+// Tests: tests/cuda/cuda_kernels_test.cpp (Gemm.TmaMatchesCpu) against the CPU matmul.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -67,7 +67,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tma_kernel(const __grid_cons
   GemmBlock blk;
   blk.s0 = int64_t{x_tile} * kBT;
   blk.s1 = min(a.n, blk.s0 + kBT);
-  blk.n0 = blk.r0 = int64_t{w_tile} * kBW;
+  blk.n0 = int64_t{w_tile} * kBW;
+  blk.r0 = a.act ? blk.n0 / 2 : blk.n0;  // SwiGLU: a block's 128 rows are 64 outputs' gate and up
   blk.m = a.single;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -87,7 +88,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tma_kernel(const __grid_cons
         if (kt >= kStages) mbarrier_wait(empty + 8 * s, (kt / kStages - 1) & 1);
         const uint32_t base = stages + s * kStageBytes;
         mbarrier_expect_bytes(full + 8 * s, kStageBytes);
-        tma_load_2d(base, &p.w, kt * kBK, static_cast<int>(blk.r0), full + 8 * s);
+        // W from row n0 of the matrix (with SwiGLU, r0 = n0 / 2 is the block's first output).
+        tma_load_2d(base, &p.w, kt * kBK, static_cast<int>(blk.n0), full + 8 * s);
         tma_load_2d(base + kWBytes, &p.x, kt * kBK, static_cast<int>(blk.s0), full + 8 * s);
       }
     return;
@@ -114,7 +116,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tma_kernel(const __grid_cons
   wgmma_wait<0>();
   wgmma_fence_operands(acc);
   sync_epilogue();  // both warpgroups' products are done with the stages: they become the output tile
-  store_tile<kBT>(a, blk, acc, true, wg * 64 + warp * 16 + (lane >> 2), lane & 3, generic);
+  if (a.act)
+    store_act<kBT>(a, blk, acc, true, wg * 32 + 8 * warp + (lane >> 2), lane & 3, generic);
+  else
+    store_tile<kBT>(a, blk, acc, true, wg * 64 + warp * 16 + (lane >> 2), lane & 3, generic);
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
@@ -148,14 +153,16 @@ CUtensorMap rows_map(const void* base, int64_t cols, int64_t rows, int64_t row_b
 }  // namespace
 
 bool gemm_tma_fills(int64_t N, int64_t n) {
-  return int64_t{blocks_for(N, kBW)} * blocks_for(n, kBT) >= multiprocessor_count();
+  return int64_t{blocks_for(N, kBW)} * blocks_for(n, kBT) * 8 >= int64_t{multiprocessor_count()} * 7;
 }
 
 void gemm_tma(const GemmArgs& a, cudaStream_t stream) {
   const DeviceMatrix& m = a.single;
   if (a.format != WeightFormat::kBF16 || m.format != WeightFormat::kBF16 || a.table || a.tiles || a.x_rows ||
-      a.act || a.part_rows != 0)
+      a.part_rows != 0)
     check(cudaErrorInvalidValue, "gemm_tma: a plain GEMM of one bf16 matrix");
+  if (a.act && (a.N != m.rows || a.N % kBW != 0 || a.ld_act < a.N / 2))
+    check(cudaErrorInvalidValue, "gemm_tma: SwiGLU over a stacked gate|up matrix of 128k rows");
   if (a.K % kBK != 0 || a.K != m.cols || a.N > m.rows)
     check(cudaErrorInvalidValue, "gemm_tma: K a multiple of 64, the matrix's columns, N at most its rows");
   if (a.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || m.row_bytes % 16 != 0 ||

@@ -343,7 +343,7 @@ void launch_format(const GemmArgs& a, unsigned row_tiles, bool deep, cudaStream_
 }  // namespace
 
 void gemm_wgmma(const GemmArgs& a, cudaStream_t stream) {
-  if (a.format == WeightFormat::kBF16 && !a.table && !a.tiles && !a.x_rows && !a.act && a.part_rows == 0 &&
+  if (a.format == WeightFormat::kBF16 && !a.table && !a.tiles && !a.x_rows && a.part_rows == 0 &&
       a.tile_rows == 0 && gemm_tma_fills(a.N, a.n))
     return gemm_tma(a, stream);
   // Two 64- or 128-slot blocks fit an SM, one 256-slot block. A block's slices take about the same time

@@ -146,15 +146,19 @@ inline GemmArgs gemm_args(const DeviceMatrix& m, const uint16_t* x, int64_t ldx,
 void gemm_wgmma(const GemmArgs& args, cudaStream_t stream);
 void gemm_pipelined(const GemmArgs& args, cudaStream_t stream);
 // The bf16 GEMM on TMA copies with both operands of the products in shared memory (gemm_tma_cuda.cu):
-// a plain GEMM of one bf16 matrix (no table, tile list, x_rows, parts or SwiGLU). gemm_wgmma hands it
-// such GEMMs (tile_rows 0) when gemm_tma_fills: their 256-slot tiles give every SM a block.
+// a plain GEMM of one bf16 matrix (no table, tile list, x_rows or parts). With `act`, the matrix is a
+// SwiGLU pair stacked in 8-row runs (decode_bf16 with `part`), N its rows, a multiple of 128. gemm_wgmma
+// hands it such GEMMs (tile_rows 0) when gemm_tma_fills: their 256-slot tiles make about a wave of
+// blocks or more (at least 7/8 of the SMs).
 void gemm_tma(const GemmArgs& args, cudaStream_t stream);
 bool gemm_tma_fills(int64_t N, int64_t n);
 
 // m's values as bf16 rows [m.rows, m.cols] into `out` (16-byte aligned), decoded as the wgmma GEMM
 // decodes them (decode_bf16_cuda.cu): a GEMM over the copy sums the same products as one over m.
-// The prefill's bf16 copies of the dense matrices.
-void decode_bf16(const DeviceMatrix& m, uint16_t* out, cudaStream_t stream);
+// The prefill's bf16 copies of the dense matrices. `part` 0 or 1: m is the gate or the up matrix of a
+// SwiGLU pair, written to their stacked copy (2 · m.rows rows at out) in 8-row runs of gate and up rows,
+// the order gemm_tma's SwiGLU epilogue reads.
+void decode_bf16(const DeviceMatrix& m, uint16_t* out, cudaStream_t stream, int part = -1);
 
 // y[t] = W·x[t] for n f32 rows (x [n, W.cols], y [n, W.rows]) with f32 activations and exactly
 // dequantized weights (gemm_f32_cuda.cu): the prefill router in f32 (lever router-bf16 off).
