@@ -115,9 +115,9 @@ class CudaBackend final : public Backend {
     check(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaMallocHost(&host_token_, sizeof(int32_t)), "cudaMallocHost");
     weights_ = upload_weights(model, stream_);
-    if (dense_bf16_) add_prefill_copies(weights_, stream_);
     allocate_state();
     allocate_decode();
+    if (dense_bf16_) make_prefill_copies();
     reset();
   }
 
@@ -295,6 +295,16 @@ class CudaBackend final : public Backend {
             name);
       begin = end + 1;
     }
+  }
+
+  // The bf16 copies of the dense matrices (add_prefill_copies), after the weights and the sequence
+  // state, where they leave room for the prefill's scratch (1.4 GB at 4096-row chunks of the full
+  // model) and more: a GPU that holds the model without them runs without them.
+  void make_prefill_copies() {
+    constexpr size_t kHeadroom = size_t{4} << 30;
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    if (free > kHeadroom) add_prefill_copies(weights_, free - kHeadroom, stream_);
   }
 
   // ---- snapshots -------------------------------------------------------------------------------
@@ -594,9 +604,14 @@ class CudaBackend final : public Backend {
     return ld;
   }
 
-  // The bf16 copy of m (add_prefill_copies) where gemm_tma takes an n-row GEMM of it, else m.
+  // Whether an n-row GEMM reads the bf16 copy `copy` (add_prefill_copies; rows 0 without): where
+  // gemm_tma takes it.
+  bool reads_copy(const DeviceMatrix& copy, int64_t n) const {
+    return copy.rows > 0 && gemm_kernel_ == GemmKernel::kWgmma && gemm_tma_fills(copy.rows, n);
+  }
+  // The matrix an n-row GEMM of m reads: its copy where reads_copy, else m.
   DeviceMatrix prefill_matrix(const DeviceMatrix& m, const DeviceMatrix& copy, int64_t n) const {
-    return copy.rows > 0 && gemm_kernel_ == GemmKernel::kWgmma && gemm_tma_fills(m.rows, n) ? copy : m;
+    return reads_copy(copy, n) ? copy : m;
   }
 
   // On stream `s`, or stream_ when s is null (not the legacy default stream; then as a programmatic
@@ -1162,11 +1177,9 @@ class CudaBackend final : public Backend {
     // SwiGLU in the wgmma kernel's epilogue, as for the routed experts, or in gemm_tma's over the
     // stacked bf16 copy.
     const bool fused = in_table && gemm_kernel_ == GemmKernel::kWgmma;
-    const DeviceMatrix& gate_up16 = w.shared_gate_up16;
-    const bool copy =
-        gate_up16.rows > 0 && gemm_kernel_ == GemmKernel::kWgmma && gemm_tma_fills(gate_up16.rows, n);
+    const bool copy = reads_copy(w.shared_gate_up16, n);
     if (copy) {
-      GemmArgs su = gemm_args(gate_up16, p_.normed, H, n, nullptr, 0);
+      GemmArgs su = gemm_args(w.shared_gate_up16, p_.normed, H, n, nullptr, 0);
       su.act = p_.shared_act;
       su.ld_act = S;
       gemm(su, s);
@@ -1248,7 +1261,7 @@ class CudaBackend final : public Backend {
   bool combine_norm_ = true;     // the MoE combine computes the next layer's input norm
   bool chunk_overlap_ = false;   // prefill_overlap() of the chunk running
   bool stack_in_proj_ = true;
-  bool dense_bf16_ = true;  // bf16 copies of the mixers' matrices for long prefill chunks (gemm_tma)
+  bool dense_bf16_ = true;  // bf16 copies of the dense matrices for long prefill chunks (gemm_tma)
   AttentionPrefillVariant attention_ = AttentionPrefillVariant::kWgmma;
   bool q8_;  // BackendOptions::device_int8, unless exact
   StageTimer timer_;

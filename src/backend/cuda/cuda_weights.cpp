@@ -349,33 +349,15 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
     cl.input_norm = V(lp.input_norm);
     cl.post_norm = V(lp.post_norm);
     if (lp.vecs.size() == 2) {
-      CudaAttentionWeights a{M(lp.mats[0]),
-                             M(lp.mats[1]),
-                             M(lp.mats[2]),
-                             M(lp.mats[3]),
-                             stacked(lp.in_stack),
-                             nullptr,
-                             V(lp.vecs[0]),
-                             V(lp.vecs[1]),
-                             {},
-                             {}};
+      CudaAttentionWeights a{M(lp.mats[0]),        M(lp.mats[1]), M(lp.mats[2]), M(lp.mats[3]),
+                             stacked(lp.in_stack), nullptr,       V(lp.vecs[0]), V(lp.vecs[1])};
       refs[L].qkv = tables.size();
       tables.insert(tables.end(), {a.q, a.k, a.v});
       cl.mixer = a;
     } else {
-      CudaDeltaNetWeights d{M(lp.mats[0]),
-                            M(lp.mats[1]),
-                            M(lp.mats[2]),
-                            M(lp.mats[3]),
-                            M(lp.mats[4]),
-                            stacked(lp.in_stack),
-                            nullptr,
-                            V(lp.vecs[0]),
-                            V(lp.vecs[1]),
-                            V(lp.vecs[2]),
-                            V(lp.vecs[3]),
-                            {},
-                            {}};
+      CudaDeltaNetWeights d{M(lp.mats[0]), M(lp.mats[1]),        M(lp.mats[2]), M(lp.mats[3]),
+                            M(lp.mats[4]), stacked(lp.in_stack), nullptr,       V(lp.vecs[0]),
+                            V(lp.vecs[1]), V(lp.vecs[2]),        V(lp.vecs[3])};
       refs[L].proj = tables.size();
       tables.insert(tables.end(), {d.qkv, d.b, d.a, d.z});
       cl.mixer = d;
@@ -416,7 +398,7 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
   return out;
 }
 
-void add_prefill_copies(CudaModelWeights& w, cudaStream_t stream) {
+void add_prefill_copies(CudaModelWeights& w, size_t budget, cudaStream_t stream) {
   // (sources, their copy): one source decoded as it is, or a SwiGLU pair stacked in 8-row runs.
   struct Job {
     std::vector<const DeviceMatrix*> from;
@@ -444,6 +426,7 @@ void add_prefill_copies(CudaModelWeights& w, cudaStream_t stream) {
   };
   size_t total = 0;
   for (const Job& j : jobs) total += bytes(j);
+  if (total > budget) return;
   w.copies = DeviceBuffer(total);
   size_t offset = 0;
   for (const Job& j : jobs) {

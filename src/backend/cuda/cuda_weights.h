@@ -22,18 +22,18 @@ struct CudaAttentionWeights {
   const DeviceMatrix* qkv_table;  // device [3]: q, k, v (one gemv launch)
   const float* q_norm;            // [head_dim], 1 + w
   const float* k_norm;
-  DeviceMatrix in_proj16, o16;  // bf16 copies for prefill (add_prefill_copies); rows 0 without
+  DeviceMatrix in_proj16{}, o16{};  // bf16 copies for prefill (add_prefill_copies); rows 0 without
 };
 
 struct CudaDeltaNetWeights {
-  DeviceMatrix qkv, z, b, a, out;  // shapes as DeltaNetWeights
-  DeviceMatrix in_proj;            // qkv|z|b|a as one matrix (rows 0: their formats differ)
-  const DeviceMatrix* proj_table;  // device [4]: qkv, b, a, z (the decode step may carry z)
-  const float* conv;               // [channels, K]
-  const float* a_neg;              // [Hv]
-  const float* dt_bias;            // [Hv]
-  const float* norm;               // [Dv]
-  DeviceMatrix in_proj16, out16;   // bf16 copies for prefill (add_prefill_copies); rows 0 without
+  DeviceMatrix qkv, z, b, a, out;     // shapes as DeltaNetWeights
+  DeviceMatrix in_proj;               // qkv|z|b|a as one matrix (rows 0: their formats differ)
+  const DeviceMatrix* proj_table;     // device [4]: qkv, b, a, z (the decode step may carry z)
+  const float* conv;                  // [channels, K]
+  const float* a_neg;                 // [Hv]
+  const float* dt_bias;               // [Hv]
+  const float* norm;                  // [Dv]
+  DeviceMatrix in_proj16{}, out16{};  // bf16 copies for prefill (add_prefill_copies); rows 0 without
 };
 
 struct CudaMoeWeights {
@@ -73,8 +73,9 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream);
 // expert, decoded on the GPU from the uploaded codes (decode_bf16) into `copies`: the prefill reads them
 // through gemm_tma, whose warps then only issue products (2.8 GB for the full model). A matrix already
 // in bf16 is its own copy; an input projection whose parts could not be stacked gets none, nor a
-// shared gate and up whose shapes differ or whose rows are not a multiple of 64.
-void add_prefill_copies(CudaModelWeights& w, cudaStream_t stream);
+// shared gate and up whose shapes differ or whose rows are not a multiple of 64. Makes none when they
+// would take more than `budget` bytes (the prefill then reads the codes, as without copies).
+void add_prefill_copies(CudaModelWeights& w, size_t budget, cudaStream_t stream);
 
 // One matrix on its own (tests), through the same upload path.
 struct UploadedMatrix {

@@ -1,7 +1,7 @@
 // A weight matrix decoded to bf16 rows on the GPU (matmul_cuda.h: decode_bf16), with the values the
 // wgmma GEMM decodes into its fragments (gemm_wgmma_cuda.cu: fragment): 4-bit codes by one bf16 fma
 // (gemm_tile.cuh: dequant4_pair), 8-bit codes in f32 rounded to bf16. A GEMM over the copy then
-// sums the same products as one over the codes, in another order.
+// sums the same products as one over the codes.
 //
 // With `part` 0 or 1, m is the gate or the up matrix of a SwiGLU pair and its rows go to 8-row runs of
 // their stacked copy: gate rows 8i..8i+7 to rows 16i..16i+7, up rows to 16i+8..16i+15, the order the
@@ -10,7 +10,8 @@
 // A thread writes 8 outputs (16 bytes) from one 4-byte word of 4-bit codes, two of 8-bit ones or 16
 // bytes of bf16; the 8 lie in one quantization group (groups are multiples of 32 wide).
 //
-// Tests: tests/cuda/cuda_kernels_test.cpp (Gemm.DecodeBf16MatchesDequantize) against dequantize_row.
+// Tests: tests/cuda/cuda_kernels_test.cpp (Gemm.DecodeBf16MatchesTheKernelsValues) against
+// dequantize_row and through the wgmma kernel; Gemm.TmaMatchesCpu for the SwiGLU order.
 #include "kernels/matmul/dequant.cuh"
 #include "kernels/matmul/gemm_tile.cuh"
 
