@@ -78,23 +78,28 @@ __device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[R]) {
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
 
+// The 128 accumulators of an m64n256 product: operands %0..%127 of its asm, and their constraints.
+#define QWICK_D128                                                                                     \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26," \
+  "%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,"   \
+  "%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,"   \
+  "%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,"   \
+  "%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,"     \
+  "%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+#define QWICK_ACC128                                                                                  \
+  QWICK_ACC8(0), QWICK_ACC8(8), QWICK_ACC8(16), QWICK_ACC8(24), QWICK_ACC8(32), QWICK_ACC8(40),       \
+      QWICK_ACC8(48), QWICK_ACC8(56), QWICK_ACC8(64), QWICK_ACC8(72), QWICK_ACC8(80), QWICK_ACC8(88), \
+      QWICK_ACC8(96), QWICK_ACC8(104), QWICK_ACC8(112), QWICK_ACC8(120)
+
 // d += A·Bᵀ for A 64×16 (registers) and B 256×16 (bf16, K-major, or MN-major with kTransB), f32
 // accumulators.
 template <bool kTransB = false>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
-      "%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,"
-      "%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,"
-      "%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,"
-      "%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,"
-      "%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" QWICK_D128
       "}, {%128,%129,%130,%131}, %132, p, 1, 1, %134;\n}\n"
-      : QWICK_ACC8(0), QWICK_ACC8(8), QWICK_ACC8(16), QWICK_ACC8(24), QWICK_ACC8(32), QWICK_ACC8(40),
-        QWICK_ACC8(48), QWICK_ACC8(56), QWICK_ACC8(64), QWICK_ACC8(72), QWICK_ACC8(80), QWICK_ACC8(88),
-        QWICK_ACC8(96), QWICK_ACC8(104), QWICK_ACC8(112), QWICK_ACC8(120)
+      : QWICK_ACC128
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1), "n"(kTransB ? 1 : 0));
 }
 
@@ -148,17 +153,9 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[R], const uint32_t (&
 __device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
-      "%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,"
-      "%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,"
-      "%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,"
-      "%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,"
-      "%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" QWICK_D128
       "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-      : QWICK_ACC8(0), QWICK_ACC8(8), QWICK_ACC8(16), QWICK_ACC8(24), QWICK_ACC8(32), QWICK_ACC8(40),
-        QWICK_ACC8(48), QWICK_ACC8(56), QWICK_ACC8(64), QWICK_ACC8(72), QWICK_ACC8(80), QWICK_ACC8(88),
-        QWICK_ACC8(96), QWICK_ACC8(104), QWICK_ACC8(112), QWICK_ACC8(120)
+      : QWICK_ACC128
       : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
@@ -175,6 +172,8 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc
       : QWICK_ACC8(0), QWICK_ACC8(8), QWICK_ACC8(16), QWICK_ACC8(24)
       : "l"(desc_a), "l"(desc_b), "r"(accumulate ? 1 : 0));
 }
+#undef QWICK_ACC128
+#undef QWICK_D128
 #undef QWICK_ACC8
 
 }  // namespace qwick::cuda

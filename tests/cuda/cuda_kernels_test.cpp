@@ -392,6 +392,14 @@ TEST(Gemm, Bf16LaunchesOfOneWaveAndMore) {
   }
 }
 
+// The bf16 matrix [rows, cols] whose rows lie back to back in `values` (a decode_bf16 copy).
+DeviceMatrix bf16_rows(const DeviceArray<uint16_t>& values, int64_t rows, int64_t cols) {
+  DeviceMatrix m;
+  m.rows = rows, m.cols = cols, m.row_bytes = 2 * cols;
+  m.data = reinterpret_cast<const uint8_t*>(values.data());
+  return m;
+}
+
 // The bf16 copy of a matrix holds the values the wgmma kernel decodes: a GEMM over it through that
 // kernel (128-slot tiles, the same products in the same order) gives the same bits as one over the
 // codes. Against the CPU's dequantize_row rounded to bf16, at most one bf16 step apart (the kernels
@@ -427,9 +435,7 @@ TEST(Gemm, DecodeBf16MatchesTheKernelsValues) {
     DeviceArray<uint16_t> dx(to_bf16(x));
     DeviceArray<float> from_codes(static_cast<size_t>(n * c.rows)),
         from_copy(static_cast<size_t>(n * c.rows));
-    DeviceMatrix m16;
-    m16.rows = c.rows, m16.cols = c.cols, m16.row_bytes = 2 * c.cols;
-    m16.data = reinterpret_cast<const uint8_t*>(copy.data());
+    const DeviceMatrix m16 = bf16_rows(copy, c.rows, c.cols);
     for (auto [m, y] : {std::pair{up.m, &from_codes}, std::pair{m16, &from_copy}}) {
       cuda::GemmArgs a = cuda::gemm_args(m, dx.data(), c.cols, n, y->data(), c.rows);
       a.tile_rows = 128;
@@ -490,9 +496,7 @@ TEST(Gemm, TmaMatchesCpu) {
     DeviceArray<uint16_t> stacked(static_cast<size_t>(2 * I * K));
     cuda::decode_bf16(ug.m, stacked.data(), nullptr, 0);
     cuda::decode_bf16(uu.m, stacked.data(), nullptr, 1);
-    DeviceMatrix m16;
-    m16.rows = 2 * I, m16.cols = K, m16.row_bytes = 2 * K;
-    m16.data = reinterpret_cast<const uint8_t*>(stacked.data());
+    const DeviceMatrix m16 = bf16_rows(stacked, 2 * I, K);
     const auto x = round_bf16(randn(static_cast<size_t>(n * K), rng));
     const auto gate = cpu_matmul(hg.w, x, n), up = cpu_matmul(hu.w, x, n);
     std::vector<float> want(gate.size());
@@ -874,9 +878,7 @@ TEST(Gemm, Timing) {
     // Its bf16 copy through gemm_tma (the prefill's dense matrices, add_prefill_copies).
     DeviceArray<uint16_t> copy(static_cast<size_t>(rows * cols));
     cuda::decode_bf16(up.m, copy.data(), nullptr);
-    DeviceMatrix m16;
-    m16.rows = rows, m16.cols = cols, m16.row_bytes = 2 * cols;
-    m16.data = reinterpret_cast<const uint8_t*>(copy.data());
+    const DeviceMatrix m16 = bf16_rows(copy, rows, cols);
     const cuda::GemmArgs a16 = cuda::gemm_args(m16, dx.data(), cols, n, dy.data(), rows);
     const double us = median_us([&] { cuda::gemm_tma(a16, nullptr); });
     fmt::print("{:<32} {:>10} {:>10} {:>6.0f} {:>3.0f}\n", "  bf16 copy, gemm_tma", "", "", us,

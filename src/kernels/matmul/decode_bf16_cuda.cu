@@ -1,7 +1,7 @@
 // A weight matrix decoded to bf16 rows on the GPU (matmul_cuda.h: decode_bf16), with the values the
 // wgmma GEMM decodes into its fragments (gemm_wgmma_cuda.cu: fragment): 4-bit codes by one bf16 fma
-// (gemm_tile.cuh: dequant4_pair), 8-bit codes in f32 rounded to bf16. A GEMM over the copy then
-// sums the same products as one over the codes.
+// (gemm_tile.cuh: dequant4_pair), 8-bit codes in f32 rounded to bf16 (dequant8_pair). A GEMM over the copy
+// then sums the same products as one over the codes.
 //
 // With `part` 0 or 1, m is the gate or the up matrix of a SwiGLU pair and its rows go to 8-row runs of
 // their stacked copy: gate rows 8i..8i+7 to rows 16i..16i+7, up rows to 16i+8..16i+15, the order the
@@ -38,14 +38,8 @@ __global__ void decode_bf16_kernel(DeviceMatrix m, uint16_t* out, int part) {
     } else {
       const uint2 w = *reinterpret_cast<const uint2*>(row + c);
       const float s = bf16_to_f32(static_cast<uint16_t>(sc)), b = bf16_to_f32(static_cast<uint16_t>(bi));
-      uint32_t p[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t word = j < 2 ? w.x : w.y, sh = 16 * (j & 1);
-        p[j] = pack_bf16x2(static_cast<float>((word >> sh) & 0xffu) * s + b,
-                           static_cast<float>((word >> (sh + 8)) & 0xffu) * s + b);
-      }
-      v = make_uint4(p[0], p[1], p[2], p[3]);
+      v = make_uint4(dequant8_pair(w.x, 0, s, b), dequant8_pair(w.x, 16, s, b), dequant8_pair(w.y, 0, s, b),
+                     dequant8_pair(w.y, 16, s, b));
     }
   }
   const int64_t out_row = part < 0 ? r : 16 * (r / 8) + 8 * part + r % 8;

@@ -173,6 +173,13 @@ __device__ __forceinline__ uint32_t dequant4_pair(uint32_t w, uint32_t w_hi, int
   return bf16x2_fma(bf16x2_fma(x, kOne, kMinus128), s2, b2);
 }
 
+// The 8-bit codes at bits sh..sh+15 of w (the lower one first) as a dequantized bf16 pair: code ·
+// scale + bias in f32, rounded to bf16.
+__device__ __forceinline__ uint32_t dequant8_pair(uint32_t w, int sh, float scale, float bias) {
+  return pack_bf16x2(static_cast<float>((w >> sh) & 0xffu) * scale + bias,
+                     static_cast<float>((w >> (sh + 8)) & 0xffu) * scale + bias);
+}
+
 // Row r of a block's 128 W rows, as (matrix, row); the row lies past the matrix when r has no
 // weights. SwiGLU launches alternate 8-row runs of gate and up rows of the same 64 outputs, so wgmma's
 // accumulator rows g and g + 8 of a thread are one output's gate and up (gemm_wgmma_cuda.cu).

@@ -104,9 +104,7 @@ __device__ __forceinline__ void fragment(const uint8_t* row0, const uint8_t* row
       const int sh = 16 * (t & 1);
       const float sc = __uint_as_float(s2[i] << 16), bi = __uint_as_float(b2[i] << 16);
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        f[2 * h + i] = pack_bf16x2(static_cast<float>((w[2 * h] >> sh) & 0xffu) * sc + bi,
-                                   static_cast<float>((w[2 * h] >> (sh + 8)) & 0xffu) * sc + bi);
+      for (int h = 0; h < 2; ++h) f[2 * h + i] = dequant8_pair(w[2 * h], sh, sc, bi);
     } else {  // step kk: chunks 2kk and 2kk + 1 (words 8kk .. 8kk + 7), already bf16 pairs
       const uint32_t* w = reinterpret_cast<const uint32_t*>(rows[i]) + t;
       f[i] = w[4 * raw_chunk<F>(g, 2 * kk)];
