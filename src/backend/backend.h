@@ -37,10 +37,12 @@ struct BackendOptions {
   // Decode: "graph" (launch each step's kernels instead of replaying one CUDA graph), "fusion" (norms,
   // routing, SwiGLU, the expert combine and the DeltaNet prep as kernels of their own), "overlap" (no
   // programmatic dependent launch), "carry-z" (the DeltaNet z projection in the input projections' GEMV
-  // instead of in the decode step's launch). Prefill: "gemm" (the simple GEMM kernel instead of the pipelined
-  // one), "conv" (DeltaNet conv walking the rows of a chunk in turn), "router-bf16" (the router from f32
-  // inputs instead of bf16 ones), "router" (the f32 router as a GEMV per row instead of one f32 GEMM
-  // from 1K-row chunks), "attention-wgmma" (flash prefill on mma.sync instead of
+  // instead of in the decode step's launch), "moe-one-pass" (the MoE's routed gate|up and down as two
+  // launches instead of one), "lm-head-stream" (the lm_head on the register-streaming
+  // GEMV instead of tiles copied into shared memory). Prefill: "gemm" (the simple GEMM
+  // kernel instead of the pipelined one), "conv" (DeltaNet conv walking the rows of a chunk in turn),
+  // "router-bf16" (the router from f32 inputs instead of bf16 ones), "router" (the f32 router as a GEMV per
+  // row instead of one f32 GEMM from 1K-row chunks), "attention-wgmma" (flash prefill on mma.sync instead of
   // warpgroup products, each head loading its own key tiles), "attention-pipeline" (the mma.sync flash
   // prefill loading each key tile, then computing it, instead of streaming the next one in meanwhile),
   // "attention" (the first flash prefill: also V transposed at load instead of read with

@@ -92,6 +92,21 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 __device__ __forceinline__ void let_next_kernel_start() {
   asm volatile("griddepcontrol.launch_dependents;");
 }
+// A counter that blocks of other grids running at the same time add to: read it with acquire order
+// (the writes made before the adds that it sees are then visible), or add to it after a release fence.
+__device__ __forceinline__ unsigned long long load_acquire(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release(unsigned long long* p, unsigned long long v) {
+  asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+// Spin until *p >= target (one thread; the caller publishes the result to its block or warp).
+__device__ __forceinline__ void wait_until_at_least(const unsigned long long* p, unsigned long long target) {
+  while (load_acquire(p) < target) __nanosleep(32);
+}
+
 // Both, at a prefill kernel's start: the next kernel's launch then begins once this one's last
 // blocks are resident, and its blocks wait where this one's leave SMs free (no launch gap).
 __device__ __forceinline__ void wait_and_let_next_start() {

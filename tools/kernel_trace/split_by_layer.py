@@ -6,14 +6,14 @@
 Each kernel's own time (the step's end moving on while it finished last) goes to the part of the model
 it belongs to: the DeltaNet mixers (input projections, the decode step, the output projection), the
 attention mixers (q|k|v projection, prep, attention, combine, output projection), the MoE (router,
-gate|up, down), and the embedding, lm_head and sampler. A GEMV belongs to the mixer whose kernel
+gate|up, down, or the one-pass gate|up and down), and the embedding, lm_head and sampler. A GEMV belongs to the mixer whose kernel
 follows it (an input projection) or precedes it (an output projection). Only the fused decode step
 (the default) is classified; other kernels are counted as "other".
 """
 import csv
 import sys
 
-MOE = ("router_kernel", "gate_up_kernel", "down_kernel")
+MOE = ("router_kernel", "gate_up_kernel", "down_kernel", "one_pass_kernel")
 DELTANET = ("decode_step_kernel",)
 ATTENTION = ("prep_kernel", "decode_mma_kernel", "decode_simt_kernel", "combine_kernel")
 
@@ -22,7 +22,7 @@ def kind_of(name):
     for kind, marks in (("MoE", MOE), ("DeltaNet", DELTANET), ("attention", ATTENTION)):
         if any(m in name for m in marks):
             return kind
-    if "embed_kernel" in name or "sample_kernel" in name:
+    if any(m in name for m in ("embed_kernel", "sample_kernel", "gemv_stream_kernel")):
         return "embedding, lm_head, sampling"
     return "gemv" if "gemv_kernel" in name else "other"
 

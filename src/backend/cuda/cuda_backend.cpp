@@ -53,6 +53,7 @@ struct DecodeScratch {
   float *q, *partial, *att_out;                     // attention
   float* router;                                    // [E + 1]: router logits, then the shared gate logit
   int32_t* route_counter;                           // [1] the fused router's block count (moe_decode)
+  unsigned long long* moe_sync;                     // [layers][2]: layer L's MoeDecodeArgs::sync at 2L
   int32_t *ids, *gate_up_index, *down_index;
   float *weights, *gate_up, *act, *down;
   float* logits;                   // [V]
@@ -252,6 +253,10 @@ class CudaBackend final : public Backend {
         adapt_gemv_rows_ = false;
       else if (name == "carry-z")
         carry_z_ = false;
+      else if (name == "moe-one-pass")
+        moe_one_pass_ = false;
+      else if (name == "lm-head-stream")
+        stream_lm_head_ = false;
       else if (name == "wgmma" && gemm_kernel_ != GemmKernel::kSimple)
         gemm_kernel_ = GemmKernel::kPipelined;
       else if (name == "gemm")
@@ -289,8 +294,9 @@ class CudaBackend final : public Backend {
       else if (!name.empty())
         fail(
             "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, gemv-rows, "
-            "carry-z, wgmma, gemm, conv, router-bf16, router, attention-wgmma, attention-pipeline, "
-            "attention, chunked-scan, down-bf16, deltanet-in-bf16, in-proj-stack, expert-tiles-144, "
+            "carry-z, moe-one-pass, lm-head-stream, wgmma, gemm, conv, router-bf16, router, "
+            "attention-wgmma, attention-pipeline, attention, chunked-scan, down-bf16, deltanet-in-bf16, "
+            "in-proj-stack, expert-tiles-144, "
             "shared-overlap, prefill-overlap, combine-norm, dense-bf16)",
             name);
       begin = end + 1;
@@ -403,6 +409,7 @@ class CudaBackend final : public Backend {
       d_.att_out = c.take<float>(u(nq_hd));
       d_.router = c.take<float>(u(E + 1));
       d_.route_counter = c.take<int32_t>(1);
+      d_.moe_sync = c.take<unsigned long long>(2 * u(cfg_.n_layers()));
       d_.ids = c.take<int32_t>(u(k));
       d_.gate_up_index = c.take<int32_t>(u(2 * k + 2));
       d_.down_index = c.take<int32_t>(u(k + 1));
@@ -420,6 +427,9 @@ class CudaBackend final : public Backend {
     Carver real(decode_buf_.data());
     carve(real);
     check(cudaMemsetAsync(d_.route_counter, 0, sizeof(int32_t), stream_), "route counter");
+    check(cudaMemsetAsync(d_.moe_sync, 0,
+                          2 * sizeof(unsigned long long) * static_cast<size_t>(cfg_.n_layers()), stream_),
+          "moe counters");
     check(
         cudaMemsetAsync(d_.dn_readers, 0, sizeof(int32_t) * static_cast<size_t>(cfg_.lin_n_k_heads), stream_),
         "deltanet window counts");
@@ -524,9 +534,10 @@ class CudaBackend final : public Backend {
 
   // y = m · x, or y += m · x; with `norm`, x is the residual stream and the product reads
   // RMSNorm(x) with that weight (fused into the gemv's load).
-  void gemv_one(const DeviceMatrix& m, const float* x, float* y, bool accumulate,
-                const float* norm = nullptr) {
+  void gemv_one(const DeviceMatrix& m, const float* x, float* y, bool accumulate, const float* norm = nullptr,
+                bool stream = false) {
     GemvArgs a = gemv_args(m);
+    a.stream = stream;
     a.x = x;
     a.y = y;
     a.accumulate = accumulate;
@@ -681,7 +692,7 @@ class CudaBackend final : public Backend {
           same_format(lw.moe.shared_gate_proj, lw.moe.shared_up) &&
           lw.moe.shared_gate_proj.format == lw.moe.expert_format &&
           lw.moe.shared_down.format == lw.moe.expert_format) {
-        decode_moe_fused(lw);
+        decode_moe_fused(lw, L);
       } else {
         rms_norm_rows(d_.x, 1, H, lw.post_norm, eps, d_.normed, nullptr, stream_);
         decode_moe(lw.moe);
@@ -689,7 +700,7 @@ class CudaBackend final : public Backend {
     }
     const float* final_norm = fused_norm(weights_.final_norm);
     if (!final_norm) rms_norm_rows(d_.x, 1, H, weights_.final_norm, eps, d_.normed, nullptr, stream_);
-    gemv_one(weights_.lm_head, final_norm ? d_.x : d_.normed, d_.logits, false, final_norm);
+    gemv_one(weights_.lm_head, final_norm ? d_.x : d_.normed, d_.logits, false, final_norm, stream_lm_head_);
     sample_token(SampleArgs{d_.logits, cfg_.vocab_size, d_.sampling, d_.token, d_.position,
                             d_.sample_partials, d_.sample_counter},
                  stream_);
@@ -803,7 +814,7 @@ class CudaBackend final : public Backend {
     gemv_one(w.out, d_.dn_normed, d_.x, true);
   }
 
-  void decode_moe_fused(const CudaLayerWeights& lw) {
+  void decode_moe_fused(const CudaLayerWeights& lw, int L) {
     const CudaMoeWeights& w = lw.moe;
     MoeDecodeArgs a;
     a.x = d_.x;
@@ -821,6 +832,7 @@ class CudaBackend final : public Backend {
     a.ids = d_.ids;
     a.weights = d_.weights;
     a.counter = d_.route_counter;
+    a.sync = moe_one_pass_ ? d_.moe_sync + 2 * L : nullptr;
     a.act = d_.act;
     a.q8 = q8_ && w.expert_format == WeightFormat::kAffine4 && w.expert_group_size % 64 == 0 &&
            w.expert_group_size > 0 && cfg_.expert_dim % 64 == 0 && gemv_q8_fits(w.shared_gate_proj) &&
@@ -1247,6 +1259,8 @@ class CudaBackend final : public Backend {
   bool decode_attention_mma_ = true;
   bool adapt_gemv_rows_ = true;                  // GemvArgs::adapt_rows
   bool carry_z_ = true;                          // DeltaNetDecodeStepArgs::z
+  bool moe_one_pass_ = true;                     // MoeDecodeArgs::sync
+  bool stream_lm_head_ = true;                   // GemvArgs::stream for the decode lm_head
   int attention_splits_ = 1;                     // decode attention: context ranges per kv head
   GemmKernel gemm_kernel_ = GemmKernel::kWgmma;  // prefill
   bool row_parallel_conv_ = true;

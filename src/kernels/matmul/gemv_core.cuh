@@ -86,14 +86,24 @@ __device__ __forceinline__ int64_t staged_at(int64_t i) {
 // inputs into registers before storing any: a store to `s` between two loads would order them (the
 // compiler cannot rule out aliasing), making each batch element a round trip to L2 of its own. (A
 // kernel short of registers passes a smaller batch.)
-template <int E, int kBatch = 4>
+// Four inputs; kL2: from L2, past this SM's L1 (data another block of the running kernel wrote, or
+// that a kernel which has not been waited for may have left stale in L1).
+template <bool kL2>
+__device__ __forceinline__ float4 load_input4(const float* p) {
+  if constexpr (kL2)
+    return __ldcg(reinterpret_cast<const float4*>(p));
+  else
+    return *reinterpret_cast<const float4*>(p);
+}
+
+template <int E, int kBatch = 4, bool kL2 = false>
 __device__ __forceinline__ void stage_plain(const float* x, int64_t n, float* s, int tid, int nthreads) {
   const int64_t stride = 4 * static_cast<int64_t>(nthreads);
   for (int64_t i0 = 4 * tid; i0 < n; i0 += kBatch * stride) {
     float4 v[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b)
-      if (i0 + b * stride < n) v[b] = *reinterpret_cast<const float4*>(x + i0 + b * stride);
+      if (i0 + b * stride < n) v[b] = load_input4<kL2>(x + i0 + b * stride);
 #pragma unroll
     for (int b = 0; b < kBatch; ++b)
       if (i0 + b * stride < n) *reinterpret_cast<float4*>(s + staged_at<E>(i0 + b * stride)) = v[b];
@@ -101,7 +111,9 @@ __device__ __forceinline__ void stage_plain(const float* x, int64_t n, float* s,
 }
 
 // The whole block; returns the RMSNorm factor (to every thread). scratch: 32 floats of shared memory.
-template <int E, int kBatch = 2>  // 2: the 2048 inputs of the real model in one batch at 256 threads
+// kL2 as load_input4's (x only: the norm's weights are constants).
+template <int E, int kBatch = 2,
+          bool kL2 = false>  // 2: the 2048 inputs of the real model in one batch at 256 threads
 __device__ __forceinline__ float stage_norm(const float* x, const float* w, float eps, int64_t n, float* s,
                                             float* scratch) {
   const int64_t stride = 4 * static_cast<int64_t>(blockDim.x);
@@ -111,7 +123,7 @@ __device__ __forceinline__ float stage_norm(const float* x, const float* w, floa
 #pragma unroll
     for (int b = 0; b < kBatch; ++b)
       if (i0 + b * stride < n)
-        v[b] = *reinterpret_cast<const float4*>(x + i0 + b * stride),
+        v[b] = load_input4<kL2>(x + i0 + b * stride),
         g[b] = *reinterpret_cast<const float4*>(w + i0 + b * stride);
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {

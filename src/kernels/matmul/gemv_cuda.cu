@@ -197,6 +197,7 @@ void launch_format(const GemvArgs& a, cudaStream_t stream) {
 }  // namespace
 
 void gemv(const GemvArgs& a, cudaStream_t stream) {
+  if (a.stream && gemv_stream_fits(a)) return gemv_stream(a, stream);
   with_device_format(a.format, "gemv: weights must be affine 4/8-bit or bf16 on the GPU",
                      [&](auto f) { launch_format<f.value>(a, stream); });
 }

@@ -75,8 +75,15 @@ struct GemvArgs {
   // Matrices too short to fill the GPU with four rows per lane group take two or one (more blocks);
   // false: always four. Each row's sum is the same either way.
   bool adapt_rows = true;
+  // A single 4-bit matrix of many rows (the lm_head) through gemv_stream where gemv_stream_fits.
+  bool stream = false;
 };
 void gemv(const GemvArgs& args, cudaStream_t stream);
+// y = W·x for a single 4-bit matrix of at least 32K rows, its tiles copied into shared memory by the
+// copy engine ahead of use (gemv_stream_cuda.cu): f32 or RMSNorm input, stored or accumulated; inputs
+// of 1024 or 2048 values in groups a multiple of 8 a row, rows contiguous, 16-byte aligned.
+bool gemv_stream_fits(const GemvArgs& args);
+void gemv_stream(const GemvArgs& args, cudaStream_t stream);
 inline bool gemv_q8_fits(const DeviceMatrix& m) {
   return m.format == WeightFormat::kAffine4 && m.group_size % 64 == 0 && m.cols % 64 == 0;
 }

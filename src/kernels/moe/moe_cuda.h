@@ -56,7 +56,8 @@ void moe_route_group(const float* logits, int64_t ld_logits, int64_t n, int n_ex
 void swiglu(const float* gate, const float* up, int64_t ld_in, int64_t rows, int64_t width, void* out,
             int64_t ld_out, bool out_bf16, cudaStream_t stream);
 
-// The decode MoE of one token in three kernels, the glue fused into the matrix-vector products
+// The decode MoE of one token in three kernels (two with MoeDecodeArgs::sync), the glue fused into the
+// matrix-vector products
 // (moe_decode_cuda.cu, on the gemv core of matmul/gemv_core.cuh):
 //   router   logits = [router | shared gate] · RMSNorm(x); the last block to finish routes (top-k,
 //            renormalise) into ids / weights
@@ -76,11 +77,16 @@ struct MoeDecodeArgs {
   WeightFormat route_format;
   const DeviceMatrix* experts;  // device [(E + 1) · 3] as CudaMoeWeights::experts
   WeightFormat expert_format;
-  float* logits;         // [E + 1] scratch: router logits, then the shared gate's
-  int32_t* ids;          // [k] scratch
-  float* weights;        // [k] scratch
-  int32_t* counter;      // [1] zero before the first call; the router's last block resets it
-  float* act;            // [(k + 1) · I] scratch
+  float* logits;     // [E + 1] scratch: router logits, then the shared gate's
+  int32_t* ids;      // [k] scratch
+  float* weights;    // [k] scratch
+  int32_t* counter;  // [1] zero before the first call; the router's last block resets it
+  float* act;        // [(k + 1) · I] scratch
+  // [2], zero before the first call, or null: the routed experts' gate|up and the down projections in
+  // one launch (one_pass_kernel in moe_decode_cuda.cu) where its blocks fit the GPU at once. [0] counts
+  // the routings published, [1] the one-pass blocks that wrote their gate|up rows. Given to no other
+  // call of a decode step (each layer its own).
+  unsigned long long* sync = nullptr;
   bool q8 = false;       // int8 activations into the experts (needs gemv_q8_fits of every expert matrix)
   bool overlap = false;  // launch_kernel's programmatic dependent launch
 };

@@ -12,6 +12,9 @@
 // down     a block of k + 1 warps, warp j staging expert j's activation and reading its down rows (so
 //          every expert's loads are in flight at once); the partial sums meet in shared memory and are
 //          added to x in expert order.
+// one pass gate_up and down as one launch where its blocks all fit the GPU (MoeDecodeArgs::sync): its
+//          blocks stage their input while the router runs, take the routing from a counter the router's
+//          last block publishes, and the down rows' weights are requested while the gate|up rows finish.
 // Test: tests/cuda/cuda_kernels_test.cpp (Moe.DecodeMatchesCpu) against the CPU moe_forward.
 #include <algorithm>
 
@@ -49,15 +52,33 @@ constexpr int elems() {
   return ChunkTraits<F>::kElems;
 }
 
-// Block `block` of expert slot p's gate|up (p = k: the shared expert): SwiGLU of its rows into act.
-// `routed`: the expert comes from the router's ids, which the previous kernel writes.
-template <WeightFormat F, bool kQ8>
-__device__ __forceinline__ void gate_up_block(const MoeDecodeArgs& a, int sub, int p, int64_t block,
-                                              bool routed, float* xs) {
+// Where a gate|up block's int8 input goes: after its staged f32 input and 32 floats of scratch.
+template <WeightFormat F>
+__device__ __forceinline__ uint8_t* gate_up_q8(const MoeDecodeArgs& a, float* xs) {
+  return reinterpret_cast<uint8_t*>(xs + staged_floats<elems<F>()>(a.H) + 32);
+}
+// A gate|up block's input: RMSNorm(x) staged at xs and (kQ8) its int8 form; returns the norm's factor.
+// kL2: x read past L1 (stage_norm).
+template <WeightFormat F, bool kQ8, bool kL2 = false>
+__device__ __forceinline__ float stage_gate_up_input(const MoeDecodeArgs& a, float* xs) {
   constexpr int E = elems<F>();
-  uint8_t* xq = reinterpret_cast<uint8_t*>(xs + staged_floats<E>(a.H) + 32);  // kQ8
-  if (routed) wait_for_previous_kernel();
-  const int entry = 3 * (p < a.k ? a.ids[p] : a.E);
+  // One float4 at a time: a batch of two spilled (64 bytes at 128 registers).
+  const float factor = stage_norm<E, 1, kL2>(a.x, a.norm_weight, a.eps, a.H, xs, xs + staged_floats<E>(a.H));
+  __syncthreads();
+  if constexpr (kQ8) {
+    stage_q8(xs, a.H, gate_up_q8<F>(a, xs), threadIdx.x, blockDim.x);
+    __syncthreads();
+  }
+  return factor;
+}
+
+// Block `block` of expert slot p's gate|up (p = k: the shared expert; `entry` its first matrix in
+// a.experts): SwiGLU of its rows into act. `first` and `stage` as dot_rows's; `factor` (set by `stage`
+// when first) scales the finished dots.
+template <WeightFormat F, bool kQ8, class Stage>
+__device__ __forceinline__ void gate_up_rows(const MoeDecodeArgs& a, int sub, int p, int entry, int64_t block,
+                                             float* xs, bool first, Stage&& stage, const float& factor) {
+  constexpr int E = elems<F>();
   const DeviceMatrix gate = a.experts[entry], up = a.experts[entry + 1];
   const LaneGroups lanes = lane_groups(sub);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lanes.group(lane),
@@ -71,25 +92,33 @@ __device__ __forceinline__ void gate_up_block(const MoeDecodeArgs& a, int sub, i
 #pragma unroll
   for (int r = 0; r < kPairs; ++r)
     rows[r] = weight_row(gate, gate_groups, row0 + r), rows[kPairs + r] = weight_row(up, up_groups, row0 + r);
-  float factor = 1.0f;
-  auto stage = [&] {
-    if (!routed) wait_for_previous_kernel();  // x comes from the previous kernel
-    // One float4 at a time: a batch of two spilled (64 bytes at 128 registers).
-    factor = stage_norm<E, 1>(a.x, a.norm_weight, a.eps, a.H, xs, xs + staged_floats<E>(a.H));
-    __syncthreads();
-    if constexpr (kQ8) {
-      stage_q8(xs, a.H, xq, threadIdx.x, blockDim.x);
-      __syncthreads();
-    }
-  };
   float acc[kRows];
   dot_rows<F, kRows, kUnroll, kQ8>(rows, gate.cols / E, gate.group_size, sub, lane_g,
-                                   kQ8 ? static_cast<const void*>(xq) : xs, true, stage, acc);
+                                   kQ8 ? static_cast<const void*>(gate_up_q8<F>(a, xs)) : xs, first, stage,
+                                   acc);
   if (lane_g != 0) return;
   float* act = a.act + p * a.I;
 #pragma unroll
   for (int r = 0; r < kPairs; ++r)
     if (row0 + r < gate.rows) act[row0 + r] = siluf_(factor * acc[r]) * (factor * acc[kPairs + r]);
+}
+
+// The same as a block of its own launch: `routed`, the expert comes from the router's ids, which the
+// previous kernel writes; otherwise it is the shared expert, in the router's launch, which lets the next
+// kernel start once it has waited when `trigger_after_wait` (MoeDecodeArgs::sync).
+template <WeightFormat F, bool kQ8>
+__device__ __forceinline__ void gate_up_block(const MoeDecodeArgs& a, int sub, int p, int64_t block,
+                                              bool routed, bool trigger_after_wait, float* xs) {
+  if (routed) wait_for_previous_kernel();
+  float factor = 1.0f;
+  gate_up_rows<F, kQ8>(
+      a, sub, p, 3 * (p < a.k ? a.ids[p] : a.E), block, xs, true,
+      [&] {
+        if (!routed) wait_for_previous_kernel();  // x comes from the previous kernel
+        if (trigger_after_wait) let_next_kernel_start();
+        factor = stage_gate_up_input<F, kQ8>(a, xs);
+      },
+      factor);
 }
 
 // Blocks [0, router_blocks): router rows; block router_blocks: the shared gate row; the rest: the
@@ -100,9 +129,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   constexpr int E = elems<RF>();
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);
-  let_next_kernel_start();
+  // The experts' one-pass kernel (a.sync) stages x before it waits for this launch: this launch lets it
+  // start only once x is complete, i.e. after waiting for the kernel before.
+  const bool trigger_after_wait = a.sync != nullptr;
+  if (!trigger_after_wait) let_next_kernel_start();
   if (static_cast<int>(blockIdx.x) > router_blocks)
-    return gate_up_block<F, kQ8>(a, sub_experts, a.k, blockIdx.x - router_blocks - 1, false, xs);
+    return gate_up_block<F, kQ8>(a, sub_experts, a.k, blockIdx.x - router_blocks - 1, false,
+                                 trigger_after_wait, xs);
   const bool shared_gate = static_cast<int>(blockIdx.x) == router_blocks;
   const DeviceMatrix m = a.route_table[shared_gate ? 1 : 0];
   const LaneGroups lanes = lane_groups(sub);
@@ -117,6 +150,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   float factor = 1.0f;
   auto stage = [&] {
     wait_for_previous_kernel();
+    if (trigger_after_wait) let_next_kernel_start();
     factor = stage_norm<E>(a.x, a.norm_weight, a.eps, a.H, xs, xs + staged_floats<E>(a.H));
     __syncthreads();
   };
@@ -139,7 +173,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   float* logits = xs;  // the staged input is no longer needed
   for (int e = threadIdx.x; e < a.E; e += blockDim.x) logits[e] = __ldcg(a.logits + e);
   __syncthreads();
-  if (warp == 0) route_one(logits, a.E, a.k, a.ids, a.weights);
+  if (warp == 0) {
+    route_one(logits, a.E, a.k, a.ids, a.weights);
+    __syncwarp();
+    if (lane == 0 && a.sync) add_release(a.sync, 1);  // one routing more: the experts' kernel may read it
+  }
   if (threadIdx.x == 0) *a.counter = 0;
 }
 
@@ -147,8 +185,54 @@ template <WeightFormat F, bool kQ8>
 __global__ void __launch_bounds__(kWarps * 32, 2) gate_up_kernel(const MoeDecodeArgs a, int sub) {
   extern __shared__ float4 smem4[];
   let_next_kernel_start();
-  gate_up_block<F, kQ8>(a, sub, static_cast<int>(blockIdx.y), blockIdx.x, true,
+  gate_up_block<F, kQ8>(a, sub, static_cast<int>(blockIdx.y), blockIdx.x, true, false,
                         reinterpret_cast<float*>(smem4));
+}
+
+// Expert slot t's down rows row0 .. row0 + kRows - 1 (those of the calling lane group), weighted by
+// the slot's coefficient, into partial[t · stride + slot_row0 + r] (lane 0 of the group). The warp's
+// staged input is at xs (f32, then (kQ8) its int8 form after it); `stage` as dot_rows's, run once when
+// `first`, fills it from act row t. U: chunks per lane in flight (each row's sum is the same for any U).
+template <WeightFormat F, bool kQ8, int U, class Stage>
+__device__ __forceinline__ void down_rows(const MoeDecodeArgs& a, int sub, int lane_g, int t, int64_t row0,
+                                          float* xs, bool first, Stage&& stage, float* partial) {
+  constexpr int E = elems<F>();
+  // The routing from L2: one_pass_kernel reads it before waiting for the router's launch.
+  const DeviceMatrix m = a.experts[t < a.k ? 3 * __ldcg(a.ids + t) + 2 : 3 * a.E + 2];
+  WeightRow rows[kRows];
+  weight_rows<kRows>(m, row_groups(m), row0, rows);
+  const uint8_t* xq = reinterpret_cast<const uint8_t*>(xs + staged_floats<E>(a.I));
+  float acc[kRows];
+  dot_rows<F, kRows, U, kQ8>(rows, m.cols / E, m.group_size, sub, lane_g,
+                             kQ8 ? static_cast<const void*>(xq) : xs, first, stage, acc);
+  const float coef = t < a.k ? __ldcg(a.weights + t) : sigmoidf_(__ldcg(a.logits + a.E));
+  if (lane_g == 0) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) partial[r] = coef * acc[r];
+  }
+}
+// Warp-wide: act row t into the warp's staging at xs (kL2: past L1, as stage_plain).
+template <WeightFormat F, bool kQ8, bool kL2 = false>
+__device__ __forceinline__ void stage_down_input(const MoeDecodeArgs& a, int t, float* xs) {
+  constexpr int E = elems<F>();
+  const int lane = threadIdx.x & 31;
+  stage_plain<E, 1, kL2>(a.act + t * a.I, a.I, xs, lane, 32);  // one at a time: a batch of 2 spilled
+  __syncwarp();
+  if constexpr (kQ8) {
+    stage_q8(xs, a.I, reinterpret_cast<uint8_t*>(xs + staged_floats<E>(a.I)), lane, 32);
+    __syncwarp();
+  }
+}
+// The block: x[row0 + i] += Σ_t partial[t · rows + i] in slot order, for i < rows (after a barrier).
+__device__ __forceinline__ void add_partials(const MoeDecodeArgs& a, const float* partial, int64_t row0,
+                                             int64_t rows) {
+  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
+    const int64_t row = row0 + i;
+    if (row >= a.H) break;
+    float sum = 0.0f;
+    for (int t = 0; t <= a.k; ++t) sum += partial[t * rows + i];
+    a.x[row] += sum;
+  }
 }
 
 template <WeightFormat F, bool kQ8>
@@ -163,41 +247,81 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
   const int64_t rows_per_step = int64_t{lanes.per_warp()} * kRows,
                 rows_per_block = rows_per_step * kDownSteps;
   // Per warp: its expert's staged input, then (kQ8) the int8 form; after all warps', the partial sums.
-  const int64_t warp_floats = down_warp_floats<E>(a.I, kQ8);
-  float* xs = reinterpret_cast<float*>(smem4) + j * warp_floats;
-  uint8_t* xq = reinterpret_cast<uint8_t*>(xs + staged_floats<E>(a.I));
-  float* partial = reinterpret_cast<float*>(smem4) + (a.k + 1) * warp_floats;  // [k + 1][rows]
-  const DeviceMatrix m = a.experts[j < a.k ? 3 * a.ids[j] + 2 : 3 * a.E + 2];
-  auto stage = [&] {
-    stage_plain<E, 1>(a.act + j * a.I, a.I, xs, lane, 32);  // one at a time: a batch of 2 spilled
-    __syncwarp();
-    if constexpr (kQ8) {
-      stage_q8(xs, a.I, xq, lane, 32);
-      __syncwarp();
-    }
-  };
-  const float coef = j < a.k ? a.weights[j] : sigmoidf_(a.logits[a.E]);
-  const int64_t groups = row_groups(m);
+  float* xs = reinterpret_cast<float*>(smem4) + j * down_warp_floats<E>(a.I, kQ8);
+  float* partial =
+      reinterpret_cast<float*>(smem4) + (a.k + 1) * down_warp_floats<E>(a.I, kQ8);  // [k + 1][rows]
   for (int s = 0; s < kDownSteps; ++s) {
-    const int64_t row0 = blockIdx.x * rows_per_block + s * rows_per_step + int64_t{group} * kRows;
-    WeightRow rows[kRows];
-    weight_rows<kRows>(m, groups, row0, rows);
-    float acc[kRows];
-    dot_rows<F, kRows, kUnroll, kQ8>(rows, m.cols / E, m.group_size, sub, lane_g,
-                                     kQ8 ? static_cast<const void*>(xq) : xs, s == 0, stage, acc);
-    if (lane_g == 0) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-        partial[j * rows_per_block + s * rows_per_step + group * kRows + r] = coef * acc[r];
-    }
+    const int64_t row_in_block = s * rows_per_step + int64_t{group} * kRows;
+    down_rows<F, kQ8, kUnroll>(
+        a, sub, lane_g, j, blockIdx.x * rows_per_block + row_in_block, xs, s == 0,
+        [&] { stage_down_input<F, kQ8>(a, j, xs); }, partial + j * rows_per_block + row_in_block);
   }
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < rows_per_block; i += blockDim.x) {
-    const int64_t row = blockIdx.x * rows_per_block + i;
-    if (row >= a.H) break;
-    float sum = 0.0f;
-    for (int t = 0; t <= a.k; ++t) sum += partial[t * rows_per_block + i];
-    a.x[row] += sum;
+  add_partials(a, partial, blockIdx.x * rows_per_block, rows_per_block);
+}
+
+// The routed experts' gate|up and every expert's down in one launch (MoeDecodeArgs::sync), so the down
+// rows' weights are requested while the gate|up blocks finish, and no launch separates the two:
+//   1. the block stages RMSNorm(x) before anything else: x is complete (the router's launch lets this
+//      one start only once it has waited for the kernel before it);
+//   2. thread 0 waits for the router's last block to publish its routing (sync[0] passing the count of
+//      routings this kernel had seen, sync[1] / blocks), then the block runs its gate|up rows as
+//      gate_up_kernel's, and adds itself to sync[1];
+//   3. the block takes row blocks id, id + blocks, ... of the down projections, warp w the expert slots
+//      w, w + kWarps, ... as down_kernel's warps: the rows' first weights are requested before the warp
+//      waits for every gate|up block (sync[1]) and the router's launch (the shared expert's act).
+// Every block of the grid must be resident at once (launch_one_pass checks it): a block of step 3 waits
+// for all of step 2. Each row's sums are down_kernel's, in the same order.
+template <WeightFormat F, bool kQ8>
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    one_pass_kernel(const MoeDecodeArgs a, int sub_in, int sub_down) {
+  constexpr int E = elems<F>();
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  __shared__ unsigned long long seen;  // sync[1] / blocks: launches of this kernel before this one
+  let_next_kernel_start();
+  const unsigned long long blocks = static_cast<unsigned long long>(gridDim.x) * gridDim.y;
+  const float factor = stage_gate_up_input<F, kQ8, true>(a, smem);
+  if (threadIdx.x == 0) {
+    // This launch's blocks have added fewer than `blocks` so far: this one has not.
+    seen = atomicAdd(a.sync + 1, 0ull) / blocks;
+    wait_until_at_least(a.sync, seen + 1);
+  }
+  __syncthreads();  // (the routing is visible past the acquire: ids and weights are read from L2 below)
+  const int p = static_cast<int>(blockIdx.y);
+  gate_up_rows<F, kQ8>(
+      a, sub_in, p, 3 * __ldcg(a.ids + p), blockIdx.x, smem, false, [] {}, factor);
+  __syncthreads();  // every row of the block written, and its staging read
+  if (threadIdx.x == 0) add_release(a.sync + 1, 1);
+
+  const LaneGroups lanes = lane_groups(sub_down);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lanes.group(lane),
+            lane_g = lanes.index(lane);
+  const int64_t rows = int64_t{lanes.per_warp()} * kRows;  // per row block
+  float* xs = smem + warp * down_warp_floats<E>(a.I, kQ8);
+  float* partial = smem + kWarps * down_warp_floats<E>(a.I, kQ8);  // [k + 1][rows]
+  bool waited = false;
+  for (int64_t rb = int64_t{blockIdx.y} * gridDim.x + blockIdx.x; rb * rows < a.H;
+       rb += static_cast<int64_t>(blocks)) {
+    for (int t = warp; t <= a.k; t += kWarps) {
+      // One chunk a lane in flight: the real shape's 16 chunks a row are one per lane of its 16, and
+      // a second slot's registers spilled at the launch's 128.
+      down_rows<F, kQ8, 1>(
+          a, sub_down, lane_g, t, rb * rows + int64_t{group} * kRows, xs, true,
+          [&] {
+            if (!waited) {
+              wait_for_previous_kernel();  // the router's launch: the shared expert's act
+              if (lane == 0) wait_until_at_least(a.sync + 1, (seen + 1) * blocks);
+              waited = true;
+            }
+            __syncwarp();  // also: the warp's last slot is done with xs
+            stage_down_input<F, kQ8, true>(a, t, xs);
+          },
+          partial + t * rows + int64_t{group} * kRows);
+    }
+    __syncthreads();
+    add_partials(a, partial, rb * rows, rows);
+    __syncthreads();
   }
 }
 
@@ -242,11 +366,37 @@ void launch_experts(const MoeDecodeArgs& a, cudaStream_t stream) {
                 stream, a.overlap, "moe down", a, sub_down);
 }
 
+// one_pass_kernel's launch, or false where its blocks would not all be resident at once or its shared
+// memory passes 48 KiB (the caller then launches the two kernels).
 template <WeightFormat F, bool kQ8>
-void launch_all(const MoeDecodeArgs& a, cudaStream_t stream) {
+bool launch_one_pass(const MoeDecodeArgs& a, cudaStream_t stream, bool launch) {
+  constexpr int E = elems<F>();
+  const int sub_in = gemv_group_lanes(a.H / E), sub_down = gemv_group_lanes(a.I / E);
+  const dim3 grid(gate_up_blocks<F>(a, sub_in), static_cast<unsigned>(a.k));
+  const int64_t rows = (32 / sub_down) * kRows;
+  const size_t smem = std::max(
+      gate_up_smem<F, kQ8>(a.H),
+      sizeof(float) * static_cast<size_t>(kWarps * down_warp_floats<E>(a.I, kQ8) + (a.k + 1) * rows));
+  if (smem > 48 * 1024) return false;
+  int per_sm = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, one_pass_kernel<F, kQ8>, kWarps * 32, smem),
+        "moe_decode: occupancy");
+  if (int64_t{per_sm} * multiprocessor_count() < int64_t{grid.x} * grid.y) return false;
+  if (launch)
+    launch_kernel(one_pass_kernel<F, kQ8>, grid, dim3(kWarps * 32), smem, stream, a.overlap, "moe experts", a,
+                  sub_in, sub_down);
+  return true;
+}
+
+template <WeightFormat F, bool kQ8>
+void launch_all(MoeDecodeArgs a, cudaStream_t stream) {
+  if (a.sync && !launch_one_pass<F, kQ8>(a, stream, false)) a.sync = nullptr;
   with_device_format(a.route_format, "moe_decode: router weights must be affine 4/8-bit or bf16",
                      [&](auto rf) { launch_router<rf.value, F, kQ8>(a, stream); });
-  launch_experts<F, kQ8>(a, stream);
+  if (a.sync)
+    launch_one_pass<F, kQ8>(a, stream, true);
+  else
+    launch_experts<F, kQ8>(a, stream);
 }
 
 }  // namespace
