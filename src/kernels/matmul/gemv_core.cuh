@@ -81,11 +81,6 @@ __device__ __forceinline__ int64_t staged_at(int64_t i) {
   return i / E * (E + 4) + i % E;
 }
 
-// Each stage_* is run by threads [tid, nthreads) of the caller's choice (a block or a warp), n a
-// multiple of 4; the caller synchronises those threads before reading `s`. Each reads a batch of its
-// inputs into registers before storing any: a store to `s` between two loads would order them (the
-// compiler cannot rule out aliasing), making each batch element a round trip to L2 of its own. (A
-// kernel short of registers passes a smaller batch.)
 // Four inputs; kL2: from L2, past this SM's L1 (data another block of the running kernel wrote, or
 // that a kernel which has not been waited for may have left stale in L1).
 template <bool kL2>
@@ -96,6 +91,11 @@ __device__ __forceinline__ float4 load_input4(const float* p) {
     return *reinterpret_cast<const float4*>(p);
 }
 
+// Each stage_* is run by threads [tid, nthreads) of the caller's choice (a block or a warp), n a
+// multiple of 4; the caller synchronises those threads before reading `s`. Each reads a batch of its
+// inputs into registers before storing any: a store to `s` between two loads would order them (the
+// compiler cannot rule out aliasing), making each batch element a round trip to L2 of its own. (A
+// kernel short of registers passes a smaller batch.)
 template <int E, int kBatch = 4, bool kL2 = false>
 __device__ __forceinline__ void stage_plain(const float* x, int64_t n, float* s, int tid, int nthreads) {
   const int64_t stride = 4 * static_cast<int64_t>(nthreads);
@@ -111,9 +111,9 @@ __device__ __forceinline__ void stage_plain(const float* x, int64_t n, float* s,
 }
 
 // The whole block; returns the RMSNorm factor (to every thread). scratch: 32 floats of shared memory.
-// kL2 as load_input4's (x only: the norm's weights are constants).
-template <int E, int kBatch = 2,
-          bool kL2 = false>  // 2: the 2048 inputs of the real model in one batch at 256 threads
+// kBatch 2: the 2048 inputs of the real model in one batch at 256 threads. kL2 as load_input4's (x
+// only: the norm's weights are constants).
+template <int E, int kBatch = 2, bool kL2 = false>
 __device__ __forceinline__ float stage_norm(const float* x, const float* w, float eps, int64_t n, float* s,
                                             float* scratch) {
   const int64_t stride = 4 * static_cast<int64_t>(blockDim.x);

@@ -57,8 +57,7 @@ void swiglu(const float* gate, const float* up, int64_t ld_in, int64_t rows, int
             int64_t ld_out, bool out_bf16, cudaStream_t stream);
 
 // The decode MoE of one token in three kernels (two with MoeDecodeArgs::sync), the glue fused into the
-// matrix-vector products
-// (moe_decode_cuda.cu, on the gemv core of matmul/gemv_core.cuh):
+// matrix-vector products (moe_decode_cuda.cu, on the gemv core of matmul/gemv_core.cuh):
 //   router   logits = [router | shared gate] · RMSNorm(x); the last block to finish routes (top-k,
 //            renormalise) into ids / weights
 //   gate_up  per chosen expert and the shared one: act = silu(gate · RMSNorm(x)) · (up · RMSNorm(x)),

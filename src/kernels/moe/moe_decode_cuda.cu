@@ -283,7 +283,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const unsigned long long blocks = static_cast<unsigned long long>(gridDim.x) * gridDim.y;
   const float factor = stage_gate_up_input<F, kQ8, true>(a, smem);
   if (threadIdx.x == 0) {
-    // This launch's blocks have added fewer than `blocks` so far: this one has not.
+    // The last launch with these counters has ended (the router's launch let this one start only after
+    // its own wait), and this launch's blocks have added fewer than `blocks`: this one has not.
     seen = atomicAdd(a.sync + 1, 0ull) / blocks;
     wait_until_at_least(a.sync, seen + 1);
   }
