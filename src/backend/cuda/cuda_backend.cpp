@@ -296,8 +296,7 @@ class CudaBackend final : public Backend {
             "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, gemv-rows, "
             "carry-z, moe-one-pass, lm-head-stream, wgmma, gemm, conv, router-bf16, router, "
             "attention-wgmma, attention-pipeline, attention, chunked-scan, down-bf16, deltanet-in-bf16, "
-            "in-proj-stack, expert-tiles-144, "
-            "shared-overlap, prefill-overlap, combine-norm, dense-bf16)",
+            "in-proj-stack, expert-tiles-144, shared-overlap, prefill-overlap, combine-norm, dense-bf16)",
             name);
       begin = end + 1;
     }

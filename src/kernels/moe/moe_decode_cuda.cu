@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gate_up_kernel(const MoeDecode
 }
 
 // Expert slot t's down rows row0 .. row0 + kRows - 1 (those of the calling lane group), weighted by
-// the slot's coefficient, into partial[t · stride + slot_row0 + r] (lane 0 of the group). The warp's
+// the slot's coefficient, into partial[0 .. kRows) (lane 0 of the group). The warp's
 // staged input is at xs (f32, then (kQ8) its int8 form after it); `stage` as dot_rows's, run once when
 // `first`, fills it from act row t. U: chunks per lane in flight (each row's sum is the same for any U).
 template <WeightFormat F, bool kQ8, int U, class Stage>
@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
 //   3. the block takes row blocks id, id + blocks, ... of the down projections, warp w the expert slots
 //      w, w + kWarps, ... as down_kernel's warps: the rows' first weights are requested before the warp
 //      waits for every gate|up block (sync[1]) and the router's launch (the shared expert's act).
-// Every block of the grid must be resident at once (launch_one_pass checks it): a block of step 3 waits
+// Every block of the grid must be resident at once (one_pass checks it): a block of step 3 waits
 // for all of step 2. Each row's sums are down_kernel's, in the same order.
 template <WeightFormat F, bool kQ8>
 __global__ void __launch_bounds__(kWarps * 32, 2)
@@ -367,35 +367,42 @@ void launch_experts(const MoeDecodeArgs& a, cudaStream_t stream) {
                 stream, a.overlap, "moe down", a, sub_down);
 }
 
-// one_pass_kernel's launch, or false where its blocks would not all be resident at once or its shared
-// memory passes 48 KiB (the caller then launches the two kernels).
+// one_pass_kernel's configuration: `fits` false where its blocks would not all be resident at once or
+// its shared memory passes 48 KiB (the caller then launches the two kernels).
+struct OnePass {
+  bool fits = false;
+  int sub_in = 0, sub_down = 0;
+  dim3 grid;
+  size_t smem = 0;
+};
 template <WeightFormat F, bool kQ8>
-bool launch_one_pass(const MoeDecodeArgs& a, cudaStream_t stream, bool launch) {
+OnePass one_pass(const MoeDecodeArgs& a) {
   constexpr int E = elems<F>();
-  const int sub_in = gemv_group_lanes(a.H / E), sub_down = gemv_group_lanes(a.I / E);
-  const dim3 grid(gate_up_blocks<F>(a, sub_in), static_cast<unsigned>(a.k));
-  const int64_t rows = (32 / sub_down) * kRows;
-  const size_t smem = std::max(
+  OnePass o;
+  o.sub_in = gemv_group_lanes(a.H / E);
+  o.sub_down = gemv_group_lanes(a.I / E);
+  o.grid = dim3(gate_up_blocks<F>(a, o.sub_in), static_cast<unsigned>(a.k));
+  const int64_t rows = (32 / o.sub_down) * kRows;
+  o.smem = std::max(
       gate_up_smem<F, kQ8>(a.H),
       sizeof(float) * static_cast<size_t>(kWarps * down_warp_floats<E>(a.I, kQ8) + (a.k + 1) * rows));
-  if (smem > 48 * 1024) return false;
+  if (o.smem > 48 * 1024) return o;
   int per_sm = 0;
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, one_pass_kernel<F, kQ8>, kWarps * 32, smem),
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, one_pass_kernel<F, kQ8>, kWarps * 32, o.smem),
         "moe_decode: occupancy");
-  if (int64_t{per_sm} * multiprocessor_count() < int64_t{grid.x} * grid.y) return false;
-  if (launch)
-    launch_kernel(one_pass_kernel<F, kQ8>, grid, dim3(kWarps * 32), smem, stream, a.overlap, "moe experts", a,
-                  sub_in, sub_down);
-  return true;
+  o.fits = int64_t{per_sm} * multiprocessor_count() >= int64_t{o.grid.x} * o.grid.y;
+  return o;
 }
 
 template <WeightFormat F, bool kQ8>
 void launch_all(MoeDecodeArgs a, cudaStream_t stream) {
-  if (a.sync && !launch_one_pass<F, kQ8>(a, stream, false)) a.sync = nullptr;
+  const OnePass o = a.sync ? one_pass<F, kQ8>(a) : OnePass{};
+  if (!o.fits) a.sync = nullptr;  // the router then publishes no routing count
   with_device_format(a.route_format, "moe_decode: router weights must be affine 4/8-bit or bf16",
                      [&](auto rf) { launch_router<rf.value, F, kQ8>(a, stream); });
-  if (a.sync)
-    launch_one_pass<F, kQ8>(a, stream, true);
+  if (o.fits)
+    launch_kernel(one_pass_kernel<F, kQ8>, o.grid, dim3(kWarps * 32), o.smem, stream, a.overlap,
+                  "moe experts", a, o.sub_in, o.sub_down);
   else
     launch_experts<F, kQ8>(a, stream);
 }
