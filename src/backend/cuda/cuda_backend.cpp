@@ -793,7 +793,7 @@ class CudaBackend final : public Backend {
                      cfg_.lin_v_dim, rec_state, d_.dn_out, 0},
                     stream_);
     }
-    if (fuse_ && cfg_.lin_v_dim <= kGemvGatedNormMaxHead) {
+    if (fuse_ && gemv_gated_norm_fits(cfg_.lin_v_dim) && ps % 4 == 0) {
       // out_proj · gated_norm(o, z): the per-head norm and the gate applied as the gemv reads o.
       GemvArgs a = gemv_args(w.out);
       a.x = d_.dn_out;

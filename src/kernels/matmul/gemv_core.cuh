@@ -136,38 +136,39 @@ __device__ __forceinline__ float stage_norm(const float* x, const float* w, floa
   return rsqrtf(block_sum(sumsq, scratch) / static_cast<float>(n) + eps);
 }
 
-// The whole block, a warp per head of D <= kGemvGatedNormMaxHead values, two heads per batch.
+// The whole block, a warp per head of D values (gemv_gated_norm_fits), lane l holding values 4l..4l+3
+// of each, four heads a round of 16-byte loads: the model's 32 heads of 128 in one round at 8 warps.
+// (Scalar loads two heads a round took two rounds of L2 reads queued behind the weights in flight,
+// ~4.3 µs of the DeltaNet output projection's 8.7: docs/gpu-notes.md, session 22.)
 template <int E>
 __device__ __forceinline__ void stage_gated_norm(const float* x, const float* z, const float* w, float eps,
                                                  int D, int64_t n, float* s) {
-  constexpr int kPerLane = kGemvGatedNormMaxHead / 32, kBatch = 2;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  constexpr int kBatch = 4;
+  static_assert(kGemvGatedNormMaxHead == 4 * 32, "a lane holds one float4 of a head");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, at = 4 * lane;
+  const bool mine = at < D;
   const int64_t stride = static_cast<int64_t>(warps) * D;  // between a warp's heads
-  float wv[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) wv[i] = lane + 32 * i < D ? w[lane + 32 * i] : 0.0f;
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const float4 g = mine ? *reinterpret_cast<const float4*>(w + at) : zero;
   for (int64_t h0 = static_cast<int64_t>(warp) * D; h0 < n; h0 += kBatch * stride) {
-    float xv[kBatch][kPerLane], zv[kBatch][kPerLane];
+    float4 xv[kBatch], zv[kBatch];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b)
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        const bool in = h0 + b * stride < n && lane + 32 * i < D;
-        xv[b][i] = in ? x[h0 + b * stride + lane + 32 * i] : 0.0f;
-        zv[b][i] = in ? z[h0 + b * stride + lane + 32 * i] : 0.0f;
-      }
+    for (int b = 0; b < kBatch; ++b) {
+      const bool in = mine && h0 + b * stride < n;
+      xv[b] = in ? *reinterpret_cast<const float4*>(x + h0 + b * stride + at) : zero;
+      zv[b] = in ? *reinterpret_cast<const float4*>(z + h0 + b * stride + at) : zero;
+    }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int64_t h = h0 + b * stride;
       if (h >= n) break;  // uniform over the warp
-      float ss = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) ss += xv[b][i] * xv[b][i];
+      const float4 v = xv[b], u = zv[b];
+      const float ss = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
       const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i)
-        if (lane + 32 * i < D)
-          s[staged_at<E>(h + lane + 32 * i)] = wv[i] * (xv[b][i] * inv) * siluf_(zv[b][i]);
+      if (mine)
+        *reinterpret_cast<float4*>(s + staged_at<E>(h + at)) =
+            make_float4(g.x * (v.x * inv) * siluf_(u.x), g.y * (v.y * inv) * siluf_(u.y),
+                        g.z * (v.z * inv) * siluf_(u.z), g.w * (v.w * inv) * siluf_(u.w));
     }
   }
 }

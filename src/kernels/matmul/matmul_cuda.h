@@ -44,7 +44,11 @@ struct DeviceMatrix {
 };
 
 inline constexpr int kGemvMaxStack = 8;
-inline constexpr int kGemvGatedNormMaxHead = 256;
+// The gated norm's heads: a lane holds four values of each (gemv_core.cuh's stage_gated_norm).
+inline constexpr int kGemvGatedNormMaxHead = 128;
+inline bool gemv_gated_norm_fits(int64_t head_dim) {
+  return head_dim > 0 && head_dim <= kGemvGatedNormMaxHead && head_dim % 4 == 0;
+}
 
 struct GemvArgs {
   DeviceMatrix single;                  // the matrix when `table` is null
@@ -66,7 +70,7 @@ struct GemvArgs {
   //   norm_weight and gate_z    gated RMSNorm per head of head_dim values (z read like x)
   const float* norm_weight = nullptr;
   const float* gate_z = nullptr;
-  int head_dim = 0;  // at most kGemvGatedNormMaxHead
+  int head_dim = 0;  // gemv_gated_norm_fits; x, gate_z and norm_weight 16-byte aligned
   float eps = 0.0f;
   // int8 activations (matmul_q8.h's scheme, dp4a dots); only with 4-bit weights in groups of a
   // multiple of 64 and inputs a multiple of 64 (gemv_q8_fits), which the caller checks.
