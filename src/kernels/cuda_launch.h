@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <utility>
 
 namespace qwick::cuda {
@@ -16,6 +17,11 @@ void check_launch(const char* kernel);
 // Throws for a failed launch_kernel: the error, the configuration and what the kernel needs.
 [[noreturn]] void fail_launch(cudaError_t status, const char* kernel, const void* func, dim3 grid, dim3 block,
                               size_t smem);
+
+// Whether p may be read or written 16 bytes at a time (the launchers' checks before vector accesses).
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 // kernel<<<grid, block, smem, stream>>>(args...); with `overlap`, as a programmatic dependent launch:
 // the kernel may start while the previous kernel on the stream still runs, so it must call

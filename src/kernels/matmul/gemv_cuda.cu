@@ -184,9 +184,8 @@ void launch(const GemvArgs& a, cudaStream_t stream) {
 template <WeightFormat F>
 void launch_format(const GemvArgs& a, cudaStream_t stream) {
   if (a.gate_z) {
-    const auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    if (!gemv_gated_norm_fits(a.head_dim) || a.max_cols % a.head_dim != 0 || !aligned(a.x) ||
-        !aligned(a.gate_z) || !aligned(a.norm_weight) || a.x_stride % 4 != 0)
+    if (!gemv_gated_norm_fits(a.head_dim) || a.max_cols % a.head_dim != 0 || !aligned16(a.x) ||
+        !aligned16(a.gate_z) || !aligned16(a.norm_weight) || a.x_stride % 4 != 0)
       check(cudaErrorInvalidValue,
             "gemv: the gated norm's heads must divide the input (a multiple of 4, at most 128 values), "
             "x, z and the norm's weights 16-byte aligned");

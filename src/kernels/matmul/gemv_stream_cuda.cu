@@ -138,19 +138,14 @@ void launch(const GemvArgs& a, cudaStream_t stream) {
                 dim3(kWarps * 32), smem, stream, a.overlap, "gemv_stream", a);
 }
 
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 }  // namespace
 
 bool gemv_stream_fits(const GemvArgs& a) {
   const DeviceMatrix& m = a.single;
   return !a.table && !a.gate_z && !a.q8 && a.problems == 1 && m.format == kF && m.rows >= kStreamMinRows &&
-         (m.cols == 32 * kE || m.cols == 64 * kE) &&
-         m.group_size > 0 && m.cols % m.group_size == 0 && (m.cols / m.group_size) % 8 == 0 &&
-         m.row_bytes == m.cols / 2 && aligned16(m.data) && aligned16(m.scales) && aligned16(m.biases) &&
-         kStages * TileLayout(m).stage_bytes <= kMaxSmem;
+         (m.cols == 32 * kE || m.cols == 64 * kE) && m.group_size > 0 && m.cols % m.group_size == 0 &&
+         (m.cols / m.group_size) % 8 == 0 && m.row_bytes == m.cols / 2 && aligned16(m.data) &&
+         aligned16(m.scales) && aligned16(m.biases) && kStages * TileLayout(m).stage_bytes <= kMaxSmem;
 }
 
 void gemv_stream(const GemvArgs& a, cudaStream_t stream) {

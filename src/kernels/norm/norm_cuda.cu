@@ -86,10 +86,6 @@ __global__ void embed_kernel(DeviceMatrix m, const int32_t* tokens, float* out) 
   }
 }
 
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 }  // namespace
 
 void rms_norm_rows(const float* x, int64_t n, int64_t H, const float* weight, float eps, float* out_f32,
