@@ -49,7 +49,7 @@ __global__ void decode_bf16_kernel(DeviceMatrix m, uint16_t* out, int part) {
 }  // namespace
 
 void decode_bf16(const DeviceMatrix& m, uint16_t* out, cudaStream_t stream, int part) {
-  if (m.cols % 64 != 0 || reinterpret_cast<uintptr_t>(out) % 16 != 0 || (part >= 0 && m.rows % 8 != 0))
+  if (m.cols % 64 != 0 || !aligned16(out) || (part >= 0 && m.rows % 8 != 0))
     check(cudaErrorInvalidValue,
           "decode_bf16: columns a multiple of 64, output 16-byte aligned, a SwiGLU part's rows a multiple of "
           "8");

@@ -165,8 +165,7 @@ void gemm_tma(const GemmArgs& a, cudaStream_t stream) {
     check(cudaErrorInvalidValue, "gemm_tma: SwiGLU over a stacked gate|up matrix of 128k rows");
   if (a.K % kBK != 0 || a.K != m.cols || a.N > m.rows)
     check(cudaErrorInvalidValue, "gemm_tma: K a multiple of 64, the matrix's columns, N at most its rows");
-  if (a.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || m.row_bytes % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(m.data) % 16 != 0)
+  if (a.ldx % 8 != 0 || !aligned16(a.x) || m.row_bytes % 16 != 0 || !aligned16(m.data))
     check(cudaErrorInvalidValue, "gemm_tma: X and W rows must start at 16-byte boundaries");
   if (a.y16 && a.accumulate) check(cudaErrorInvalidValue, "gemm_tma: bf16 output does not accumulate");
   if (a.n <= 0 || a.N <= 0) return;

@@ -350,7 +350,7 @@ void gemm_wgmma(const GemmArgs& a, cudaStream_t stream) {
   // gate_proj 45 → 33 µs.
   const RowTiling t = row_tiling(a, multiprocessor_count() / 2, 256, multiprocessor_count());
   // 16-byte copies of X rows, addressed by 32-bit chunk indices: up to 64 GB of x.
-  if (a.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(a.x) % 16 != 0)
+  if (a.ldx % 8 != 0 || !aligned16(a.x))
     check(cudaErrorInvalidValue, "gemm_wgmma: X rows must start at 16-byte boundaries");
   if (a.act && (a.part_rows <= 0 || a.part_rows % 64 != 0 || a.N != 2 * a.part_rows || !a.table))
     check(cudaErrorInvalidValue, "gemm_wgmma: the SwiGLU epilogue takes gate|up parts of 64k rows");
