@@ -102,6 +102,19 @@ __device__ __forceinline__ unsigned long long load_acquire(const unsigned long l
 __device__ __forceinline__ void add_release(unsigned long long* p, unsigned long long v) {
   asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
+// *p += v, returning the old value, with acquire and release order at the GPU's scope: after a barrier
+// of the block, the block's earlier writes are visible to whoever sees this add, and the writes of the
+// adds it sees are visible to the block (one thread adds; no fence of every thread).
+__device__ __forceinline__ int add_acq_rel(int* p, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+// *p = v, with release order: the writes before it (the warp's, after a __syncwarp) are visible to a
+// thread that reads v with acquire order.
+__device__ __forceinline__ void store_release(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
 // Spin until *p >= target (one thread; the caller publishes the result to its block or warp).
 __device__ __forceinline__ void wait_until_at_least(const unsigned long long* p, unsigned long long target) {
   while (load_acquire(p) < target) __nanosleep(32);

@@ -988,7 +988,8 @@ TEST(Gemm, Timing) {
 // combine + residual) against the CPU chain, over expert formats, with f32 and (4-bit) int8
 // activations; each twice (the second time as programmatic dependent launches) so the router's block
 // counter is seen to reset. Each run is made again with gate|up and down in one launch
-// (MoeDecodeArgs::sync): the same bits, and its counters carried from one call to the next.
+// (MoeDecodeArgs::sync): the same bits, and its counter and routing words carried from one call to the
+// next.
 TEST(Moe, DecodeMatchesCpu) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
@@ -1015,7 +1016,7 @@ TEST(Moe, DecodeMatchesCpu) {
     DeviceArray<float> logits(static_cast<size_t>(E + 1)), weights(static_cast<size_t>(k)),
         act(static_cast<size_t>((k + 1) * I));
     DeviceArray<int32_t> ids(static_cast<size_t>(k)), counter(std::vector<int32_t>{0});
-    DeviceArray<unsigned long long> sync(std::vector<unsigned long long>{0, 0});
+    DeviceArray<unsigned long long> sync(std::vector<unsigned long long>(cuda::moe_sync_words(k), 0));
     unsigned long long one_pass_calls = 0;
     for (int round = 0; round < 4; ++round) {
       const bool q8 = round >= 2 && format == WeightFormat::kAffine4;  // rounds 2, 3: int8 activations
@@ -1088,9 +1089,16 @@ TEST(Moe, DecodeMatchesCpu) {
         EXPECT_LT(rel_err(d_one, d_got), q8 ? 1e-2 : 1e-5);  // (int8: such a last bit may move a code)
         EXPECT_LT(rel_err(d_one, d_want), q8 ? 6e-2 : 1e-4);
       }
+      // Every one-pass block counted itself once a call, and each call published one routing word a slot
+      // (the one-pass launch ran), the last call's holding the experts of this round's second call.
       const auto counts = sync.download();
-      EXPECT_EQ(counts[0], one_pass_calls);  // one routing published per call: the one-pass launch ran
-      EXPECT_EQ(counts[1] % one_pass_calls, 0u);
+      EXPECT_GT(counts[0], 0u);
+      EXPECT_EQ(counts[0] % one_pass_calls, 0u);
+      const auto second = ids.download();
+      for (int j = 0; j < k; ++j) {
+        EXPECT_EQ(counts[static_cast<size_t>(1 + j)] >> 32, one_pass_calls);
+        EXPECT_EQ(static_cast<int32_t>(counts[static_cast<size_t>(1 + j)] & 0xffffffffu), second[static_cast<size_t>(j)]);
+      }
     }
   }
 }

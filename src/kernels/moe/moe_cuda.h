@@ -81,14 +81,18 @@ struct MoeDecodeArgs {
   float* weights;    // [k] scratch
   int32_t* counter;  // [1] zero before the first call; the router's last block resets it
   float* act;        // [(k + 1) · I] scratch
-  // [2], zero before the first call, or null: the routed experts' gate|up and the down projections in
-  // one launch (one_pass_kernel in moe_decode_cuda.cu) where its blocks fit the GPU at once. [0] counts
-  // the routings published, [1] the one-pass blocks that wrote their gate|up rows. Given to no other
-  // call of a decode step (each layer its own).
+  // [moe_sync_words(k)], zero before the first call, or null: the routed experts' gate|up and the down
+  // projections in one launch (one_pass_kernel in moe_decode_cuda.cu) where its blocks fit the GPU at
+  // once. [0] counts the one-pass blocks that wrote their gate|up rows; [1 + j] is slot j's routing
+  // word, (epoch << 32) | expert id, the epoch counting the routings published (mod 2^32), so a block
+  // reads its expert with the publication. Given to no other call of a decode step (each layer its own).
   unsigned long long* sync = nullptr;
   bool q8 = false;       // int8 activations into the experts (needs gemv_q8_fits of every expert matrix)
   bool overlap = false;  // launch_kernel's programmatic dependent launch
 };
+constexpr int64_t moe_sync_words(int64_t k) {
+  return 1 + k;
+}
 bool moe_decode_fits(WeightFormat route_format, WeightFormat expert_format, int64_t expert_dim,
                      int64_t shared_dim, int k);
 void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream);

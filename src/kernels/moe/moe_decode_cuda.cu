@@ -13,8 +13,9 @@
 //          every expert's loads are in flight at once); the partial sums meet in shared memory and are
 //          added to x in expert order.
 // one pass gate_up and down as one launch where its blocks all fit the GPU (MoeDecodeArgs::sync): its
-//          blocks stage their input while the router runs, take the routing from a counter the router's
-//          last block publishes, and the down rows' weights are requested while the gate|up rows finish.
+//          blocks stage their input while the router runs, take their slot's expert from the routing word
+//          the router's last block publishes, and the down rows' weights are requested while the gate|up
+//          rows finish.
 // Test: tests/cuda/cuda_kernels_test.cpp (Moe.DecodeMatchesCpu) against the CPU moe_forward.
 #include <algorithm>
 
@@ -121,6 +122,17 @@ __device__ __forceinline__ void gate_up_block(const MoeDecodeArgs& a, int sub, i
       factor);
 }
 
+// A routing word of MoeDecodeArgs::sync: the epoch (routings published, modulo 2^32) above the expert.
+__device__ __forceinline__ unsigned long long route_word_after(unsigned long long last, int expert) {
+  return (((last >> 32) + 1) << 32) | static_cast<uint32_t>(expert);
+}
+// Spins (one thread) until `word` holds routing `epoch`; returns its expert.
+__device__ __forceinline__ int32_t wait_for_route(const unsigned long long* word, uint32_t epoch) {
+  unsigned long long w;
+  while (static_cast<uint32_t>((w = load_acquire(word)) >> 32) != epoch) __nanosleep(32);
+  return static_cast<int32_t>(static_cast<uint32_t>(w));
+}
+
 // Blocks [0, router_blocks): router rows; block router_blocks: the shared gate row; the rest: the
 // shared expert's gate|up (RF: the router's format, F: the experts').
 template <WeightFormat RF, WeightFormat F, bool kQ8>
@@ -148,9 +160,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   WeightRow rows[kRouterRows];
   weight_rows<kRouterRows>(m, row_groups(m), row0, rows);
   float factor = 1.0f;
+  unsigned long long route_word = 0;  // (with a.sync) warp 0's lanes j < k: slot j's last routing word
   auto stage = [&] {
     wait_for_previous_kernel();
     if (trigger_after_wait) let_next_kernel_start();
+    if (a.sync && warp == 0 && lane < a.k) route_word = __ldcg(a.sync + 1 + lane);
     factor = stage_norm<E>(a.x, a.norm_weight, a.eps, a.H, xs, xs + staged_floats<E>(a.H));
     __syncthreads();
   };
@@ -162,21 +176,19 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     for (int r = 0; r < kRouterRows; ++r)
       if (row0 + r < m.rows) out[row0 + r] = factor * acc[r];
   }
-  // The last router block to get here sees every block's logits: fence, count, and route.
+  // The last router block to get here sees every block's logits: count (thread 0's acquire-release add
+  // orders the block's writes before it and the others' before this block's reads), and route from L2.
   __shared__ bool last;
-  __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(a.counter, 1) == router_blocks;
+  if (threadIdx.x == 0) last = add_acq_rel(a.counter, 1) == router_blocks;
   __syncthreads();
   if (!last) return;
-  __threadfence();
-  float* logits = xs;  // the staged input is no longer needed
-  for (int e = threadIdx.x; e < a.E; e += blockDim.x) logits[e] = __ldcg(a.logits + e);
-  __syncthreads();
   if (warp == 0) {
-    route_one(logits, a.E, a.k, a.ids, a.weights);
-    __syncwarp();
-    if (lane == 0 && a.sync) add_release(a.sync, 1);  // one routing more: the experts' kernel may read it
+    const int mine = route_one<true>(a.logits, a.E, a.k, a.ids, a.weights);
+    if (a.sync) {  // publish slot j's expert with the next epoch; the experts' kernel may read it
+      __syncwarp();  // every lane's ids and weights written before any lane's release
+      if (lane < a.k) store_release(a.sync + 1 + lane, route_word_after(route_word, mine));
+    }
   }
   if (threadIdx.x == 0) *a.counter = 0;
 }
@@ -264,12 +276,12 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
 // rows' weights are requested while the gate|up blocks finish, and no launch separates the two:
 //   1. the block stages RMSNorm(x) before anything else: x is complete (the router's launch lets this
 //      one start only once it has waited for the kernel before it);
-//   2. thread 0 waits for the router's last block to publish its routing (sync[0] passing the count of
-//      routings this kernel had seen, sync[1] / blocks), then the block runs its gate|up rows as
-//      gate_up_kernel's, and adds itself to sync[1];
+//   2. thread 0 waits for the router's last block to publish its slot's expert (sync[1 + slot] reaching
+//      the epoch after the launches this kernel had seen, sync[0] / blocks), then the block runs its
+//      gate|up rows as gate_up_kernel's, and adds itself to sync[0];
 //   3. the block takes row blocks id, id + blocks, ... of the down projections, warp w the expert slots
 //      w, w + kWarps, ... as down_kernel's warps: the rows' first weights are requested before the warp
-//      waits for every gate|up block (sync[1]) and the router's launch (the shared expert's act).
+//      waits for every gate|up block (sync[0]) and the router's launch (the shared expert's act).
 // Every block of the grid must be resident at once (one_pass checks it): a block of step 3 waits
 // for all of step 2. Each row's sums are down_kernel's, in the same order.
 template <WeightFormat F, bool kQ8>
@@ -278,22 +290,22 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   constexpr int E = elems<F>();
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
-  __shared__ unsigned long long seen;  // sync[1] / blocks: launches of this kernel before this one
+  __shared__ unsigned long long seen;  // sync[0] / blocks: launches of this kernel before this one
+  __shared__ int32_t expert;           // the expert of this block's slot
   let_next_kernel_start();
   const unsigned long long blocks = static_cast<unsigned long long>(gridDim.x) * gridDim.y;
   const float factor = stage_gate_up_input<F, kQ8, true>(a, smem);
   if (threadIdx.x == 0) {
     // The last launch with these counters has ended (the router's launch let this one start only after
     // its own wait), and this launch's blocks have added fewer than `blocks`: this one has not.
-    seen = atomicAdd(a.sync + 1, 0ull) / blocks;
-    wait_until_at_least(a.sync, seen + 1);
+    seen = atomicAdd(a.sync, 0ull) / blocks;
+    expert = wait_for_route(a.sync + 1 + blockIdx.y, static_cast<uint32_t>(seen + 1));
   }
   __syncthreads();  // (the routing is visible past the acquire: ids and weights are read from L2 below)
   const int p = static_cast<int>(blockIdx.y);
-  gate_up_rows<F, kQ8>(
-      a, sub_in, p, 3 * __ldcg(a.ids + p), blockIdx.x, smem, false, [] {}, factor);
+  gate_up_rows<F, kQ8>(a, sub_in, p, 3 * expert, blockIdx.x, smem, false, [] {}, factor);
   __syncthreads();  // every row of the block written, and its staging read
-  if (threadIdx.x == 0) add_release(a.sync + 1, 1);
+  if (threadIdx.x == 0) add_release(a.sync, 1);
 
   const LaneGroups lanes = lane_groups(sub_down);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lanes.group(lane),
@@ -312,7 +324,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
           [&] {
             if (!waited) {
               wait_for_previous_kernel();  // the router's launch: the shared expert's act
-              if (lane == 0) wait_until_at_least(a.sync + 1, (seen + 1) * blocks);
+              if (lane == 0) wait_until_at_least(a.sync, (seen + 1) * blocks);
               waited = true;
             }
             __syncwarp();  // also: the warp's last slot is done with xs
@@ -397,7 +409,7 @@ OnePass one_pass(const MoeDecodeArgs& a) {
 template <WeightFormat F, bool kQ8>
 void launch_all(MoeDecodeArgs a, cudaStream_t stream) {
   const OnePass o = a.sync ? one_pass<F, kQ8>(a) : OnePass{};
-  if (!o.fits) a.sync = nullptr;  // the router then publishes no routing count
+  if (!o.fits) a.sync = nullptr;  // the router then publishes no routing words
   with_device_format(a.route_format, "moe_decode: router weights must be affine 4/8-bit or bf16",
                      [&](auto rf) { launch_router<rf.value, F, kQ8>(a, stream); });
   if (o.fits)
