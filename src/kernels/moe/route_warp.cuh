@@ -22,16 +22,17 @@ __device__ __forceinline__ float key_value(uint32_t key) {
 // Selection by logit (softmax is monotone), ties to the lower expert id; weights exp(l - l_max)
 // renormalised over the chosen k (the softmax denominator cancels). Lane j < k writes the j-th choice.
 // Each round's warp-wide choice is two reductions in hardware (the largest key, then the lowest id
-// holding it) instead of five dependent rounds of shuffles (+2.9 % decode at 4K). Returns lane j's
+// holding it) instead of five dependent rounds of shuffles (+2.7 % decode at 4K). Returns lane j's
 // choice to lane j < k. kL2: logits read from L2 (other blocks of the running kernel wrote them).
 template <int P, bool kL2>
 __device__ inline int route_one_lanes(const float* logits, int E, int k, int32_t* ids, float* weights) {
   const int lane = threadIdx.x & 31;
-  uint32_t v[P];  // order_key of the logit; 0 (below every real key) once taken or past E
+  uint32_t v[P];  // order_key of the logit; 0 (below every real key) once taken, past E or NaN
 #pragma unroll
   for (int i = 0; i < P; ++i) {
     const int e = lane + 32 * i;
-    v[i] = e < E ? order_key(kL2 ? __ldcg(logits + e) : logits[e]) : 0u;
+    const float l = e < E ? (kL2 ? __ldcg(logits + e) : logits[e]) : NAN;
+    v[i] = isnan(l) ? 0u : order_key(l);  // (a NaN is never chosen ahead of a number, as with compares)
   }
   float top = -INFINITY, sum = 0.0f, mine_l = 0.0f;
   int mine_e = 0;
