@@ -92,6 +92,15 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 __device__ __forceinline__ void let_next_kernel_start() {
   asm volatile("griddepcontrol.launch_dependents;");
 }
+// Order-preserving map of a float to an unsigned key (larger float, larger key; negative floats
+// reversed below the positive ones), and back: the sampler's cuts and the router's top-k compare keys.
+__device__ __forceinline__ uint32_t ordered_key(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(uint32_t key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
 // A counter that blocks of other grids running at the same time add to: read it with acquire order
 // (the writes made before the adds that it sees are then visible), or add to it after a release fence.
 __device__ __forceinline__ unsigned long long load_acquire(const unsigned long long* p) {

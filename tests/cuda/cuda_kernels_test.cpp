@@ -1097,7 +1097,8 @@ TEST(Moe, DecodeMatchesCpu) {
       const auto second = ids.download();
       for (int j = 0; j < k; ++j) {
         EXPECT_EQ(counts[static_cast<size_t>(1 + j)] >> 32, one_pass_calls);
-        EXPECT_EQ(static_cast<int32_t>(counts[static_cast<size_t>(1 + j)] & 0xffffffffu), second[static_cast<size_t>(j)]);
+        EXPECT_EQ(static_cast<int32_t>(counts[static_cast<size_t>(1 + j)] & 0xffffffffu),
+                  second[static_cast<size_t>(j)]);
       }
     }
   }

@@ -53,7 +53,7 @@ struct DecodeScratch {
   float *q, *partial, *att_out;                     // attention
   float* router;                                    // [E + 1]: router logits, then the shared gate logit
   int32_t* route_counter;                           // [1] the fused router's block count (moe_decode)
-  unsigned long long* moe_sync;                     // [layers][moe_sync_words(k)]: layer L's MoeDecodeArgs::sync
+  unsigned long long* moe_sync;  // [layers][moe_sync_words(k)]: layer L's MoeDecodeArgs::sync
   int32_t *ids, *gate_up_index, *down_index;
   float *weights, *gate_up, *act, *down;
   float* logits;                   // [V]
@@ -426,9 +426,9 @@ class CudaBackend final : public Backend {
     Carver real(decode_buf_.data());
     carve(real);
     check(cudaMemsetAsync(d_.route_counter, 0, sizeof(int32_t), stream_), "route counter");
-    check(cudaMemsetAsync(d_.moe_sync, 0,
-                          sizeof(unsigned long long) * static_cast<size_t>(moe_sync_words(k) * cfg_.n_layers()),
-                          stream_),
+    check(cudaMemsetAsync(
+              d_.moe_sync, 0,
+              sizeof(unsigned long long) * static_cast<size_t>(moe_sync_words(k) * cfg_.n_layers()), stream_),
           "moe counters");
     check(
         cudaMemsetAsync(d_.dn_readers, 0, sizeof(int32_t) * static_cast<size_t>(cfg_.lin_n_k_heads), stream_),

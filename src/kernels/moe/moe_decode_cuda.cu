@@ -1,10 +1,10 @@
 // The decode MoE in three kernels (contract in moe_cuda.h).
 //
 // router   blocks over the E router rows, then one block for the shared gate row, each staging
-//          RMSNorm(x); each block counts itself in `counter` once its logits are written (after a
-//          fence), and the block that counts last copies the logits into shared memory and runs
-//          route_one, so routing costs no launch of its own. The shared expert's gate|up blocks
-//          (which need no routing) run in the same launch, on the SMs the router leaves idle.
+//          RMSNorm(x); each block counts itself in `counter` once its logits are written, and the block
+//          that counts last runs route_one on them from L2, so routing costs no launch of its own. The shared
+//          expert's gate|up blocks (which need no routing) run in the same launch, on the SMs the router
+//          leaves idle.
 // gate_up  grid (row blocks, k): the routed experts' gate|up, one wave of blocks at the real shape
 //          (with the shared expert too it was 288 blocks for 264 places, and the last 24 ran after
 //          the rest); each block stages RMSNorm(x), a lane group owns two rows of the gate and the
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   if (!last) return;
   if (warp == 0) {
     const int mine = route_one<true>(a.logits, a.E, a.k, a.ids, a.weights);
-    if (a.sync) {  // publish slot j's expert with the next epoch; the experts' kernel may read it
+    if (a.sync) {    // publish slot j's expert with the next epoch; the experts' kernel may read it
       __syncwarp();  // every lane's ids and weights written before any lane's release
       if (lane < a.k) store_release(a.sync + 1 + lane, route_word_after(route_word, mine));
     }
@@ -303,7 +303,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   }
   __syncthreads();  // (the routing is visible past the acquire: ids and weights are read from L2 below)
   const int p = static_cast<int>(blockIdx.y);
-  gate_up_rows<F, kQ8>(a, sub_in, p, 3 * expert, blockIdx.x, smem, false, [] {}, factor);
+  gate_up_rows<F, kQ8>(
+      a, sub_in, p, 3 * expert, blockIdx.x, smem, false, [] {}, factor);
   __syncthreads();  // every row of the block written, and its staging read
   if (threadIdx.x == 0) add_release(a.sync, 1);
 

@@ -8,16 +8,6 @@ namespace qwick::cuda {
 
 constexpr int kMaxExpertsPerLane = 16;  // up to 512 experts
 
-// A logit as an unsigned key in the same order (negative floats reversed below the positive ones;
-// -0 taken as +0, so equal logits have equal keys), and back.
-__device__ __forceinline__ uint32_t order_key(float v) {
-  const uint32_t u = __float_as_uint(v + 0.0f);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-__device__ __forceinline__ float key_value(uint32_t key) {
-  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
-}
-
 // Warp-level top-k of one token's logits, P candidates per lane (lane j holds experts j, j + 32, ...).
 // Selection by logit (softmax is monotone), ties to the lower expert id; weights exp(l - l_max)
 // renormalised over the chosen k (the softmax denominator cancels). Lane j < k writes the j-th choice.
@@ -27,12 +17,13 @@ __device__ __forceinline__ float key_value(uint32_t key) {
 template <int P, bool kL2>
 __device__ inline int route_one_lanes(const float* logits, int E, int k, int32_t* ids, float* weights) {
   const int lane = threadIdx.x & 31;
-  uint32_t v[P];  // order_key of the logit; 0 (below every real key) once taken, past E or NaN
+  uint32_t v[P];  // ordered_key of the logit; 0 (below every real key) once taken, past E or NaN
 #pragma unroll
   for (int i = 0; i < P; ++i) {
     const int e = lane + 32 * i;
     const float l = e < E ? (kL2 ? __ldcg(logits + e) : logits[e]) : NAN;
-    v[i] = isnan(l) ? 0u : order_key(l);  // (a NaN is never chosen ahead of a number, as with compares)
+    // (-0 as +0: equal logits, equal keys; a NaN is never chosen ahead of a number, as with compares)
+    v[i] = isnan(l) ? 0u : ordered_key(l + 0.0f);
   }
   float top = -INFINITY, sum = 0.0f, mine_l = 0.0f;
   int mine_e = 0;
