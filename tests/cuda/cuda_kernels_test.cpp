@@ -1561,6 +1561,63 @@ TEST(Attention, DecodeMatchesAttend) {
   }
 }
 
+// The combine computing the output gate's rows itself (AttentionDecodeArgs::gate_proj) from a plain
+// and an RMSNorm input, for the three weight formats and inputs narrow enough that a row takes less
+// than a warp: against the CPU norm and matmul, then `attend`.
+TEST(Attention, DecodeGateRowsMatchCpu) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  struct GateCase {
+    AttnShape s;
+    MatrixCase m;  // rows: n_heads · head_dim
+  };
+  for (const GateCase& g : {GateCase{{16, 2, 256}, {WeightFormat::kAffine4, 4096, 2048}},
+                            GateCase{{4, 2, 32}, {WeightFormat::kAffine8, 128, 64}},
+                            GateCase{{8, 2, 128}, {WeightFormat::kBF16, 1024, 320}},
+                            GateCase{{4, 1, 64}, {WeightFormat::kAffine4, 256, 128, 32}}}) {
+    const AttnShape s = g.s;
+    const int64_t len = 300, cap = len + 3, splits = 7;
+    const HostCache cache = random_cache(s, cap, rng);
+    const auto q = randn(static_cast<size_t>(s.nq * s.hd), rng, 2.0f);
+    HostMatrix h = random_matrix(g.m.format, g.m.rows, g.m.cols, g.m.group, rng);
+    auto up = cuda::upload_matrix(h.w, nullptr);
+    const auto x = randn(static_cast<size_t>(g.m.cols), rng, 3.0f),
+               w = randn(static_cast<size_t>(g.m.cols), rng);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
+    std::vector<float> attended(static_cast<size_t>(s.nq * s.hd)), scores(static_cast<size_t>(len));
+    for (int hq = 0; hq < s.nq; ++hq)
+      attend(q.data() + hq * s.hd, cache.head(hq / (s.nq / s.nkv), cap, s.hd), len, s.hd, scale,
+             scores.data(), attended.data() + hq * s.hd, kVectorOpsReference);
+    DeviceArray<float> dq(q), dx(x), dw(w), partial(static_cast<size_t>(s.nq * splits * (s.hd + 2))),
+        out(attended.size());
+    DeviceArray<uint16_t> kc(cache.k), vc(cache.v);
+    DeviceArray<int32_t> pos(std::vector<int32_t>{static_cast<int32_t>(len - 1)});
+    for (const bool norm : {false, true}) {
+      std::vector<float> in = x;
+      if (norm) rms_norm(x.data(), w.data(), 1e-6f, g.m.cols, in.data());
+      const auto gate = cpu_matmul(h.w, in, 1);
+      std::vector<float> ref = attended;
+      for (size_t i = 0; i < ref.size(); ++i) ref[i] *= sigmoid(gate[i]);
+      for (const bool tensor_cores : {true, false}) {
+        SCOPED_TRACE(fmt::format("{}/{} heads x {}, gate {}, {}, {}", s.nq, s.nkv, s.hd, describe(g.m),
+                                 norm ? "RMSNorm" : "plain", tensor_cores ? "tensor cores" : "CUDA cores"));
+        cuda::AttentionDecodeArgs args{
+            dq.data(),      kc.data(), vc.data(), cap,       pos.data(),
+            s.nq,           s.nkv,     s.hd,      scale,     static_cast<int>(splits),
+            partial.data(), nullptr,   0,         out.data()};
+        args.tensor_cores = tensor_cores;
+        args.gate_proj = up.m;
+        args.gate_x = dx.data();
+        args.gate_norm = norm ? dw.data() : nullptr;
+        args.eps = 1e-6f;
+        out.poison();
+        cuda::attention_decode(args, nullptr);
+        EXPECT_LT(rel_err(out.download(), ref), tensor_cores ? 2e-5 : 1e-5);
+      }
+    }
+  }
+}
+
 TEST(Attention, PrefillMatchesAttendPerRow) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());

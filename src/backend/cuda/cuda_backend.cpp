@@ -257,6 +257,8 @@ class CudaBackend final : public Backend {
         moe_one_pass_ = false;
       else if (name == "lm-head-stream")
         stream_lm_head_ = false;
+      else if (name == "combine-gate")
+        combine_gate_ = false;
       else if (name == "wgmma" && gemm_kernel_ != GemmKernel::kSimple)
         gemm_kernel_ = GemmKernel::kPipelined;
       else if (name == "gemm")
@@ -294,7 +296,8 @@ class CudaBackend final : public Backend {
       else if (!name.empty())
         fail(
             "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, gemv-rows, "
-            "carry-z, moe-one-pass, lm-head-stream, wgmma, gemm, conv, router-bf16, router, "
+            "carry-z, moe-one-pass, lm-head-stream, combine-gate, wgmma, gemm, conv, "
+            "router-bf16, router, "
             "attention-wgmma, attention-pipeline, attention, chunked-scan, down-bf16, deltanet-in-bf16, "
             "in-proj-stack, expert-tiles-144, shared-overlap, prefill-overlap, combine-norm, dense-bf16)",
             name);
@@ -536,15 +539,20 @@ class CudaBackend final : public Backend {
   // RMSNorm(x) with that weight (fused into the gemv's load).
   void gemv_one(const DeviceMatrix& m, const float* x, float* y, bool accumulate, const float* norm = nullptr,
                 bool stream = false) {
-    GemvArgs a = gemv_args(m);
+    GemvArgs a = gemv_of(m, x, y, accumulate, norm);
     a.stream = stream;
+    gemv(a, stream_);
+  }
+  GemvArgs gemv_of(const DeviceMatrix& m, const float* x, float* y, bool accumulate,
+                   const float* norm) const {
+    GemvArgs a = gemv_args(m);
     a.x = x;
     a.y = y;
     a.accumulate = accumulate;
     a.norm_weight = norm;
     a.eps = cfg_.rms_norm_eps;
     a.q8 = q8_ && gemv_q8_fits(m);
-    gemv(a, stream_);
+    return a;
   }
 
   // y[t] = W·x[t] for n f32 rows (rows H apart in x, W.rows apart in y).
@@ -561,18 +569,24 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // Problem p: mats[p] · x -> y + p·y_stride, one launch when the formats agree; `norm` as gemv_one.
+  // Problem p: mats[p] · x -> y + p·y_stride, one launch when the formats agree (the first entries of
+  // `table`); `norm` as gemv_one; trigger_after_wait as GemvArgs's.
   void gemv_stack(std::initializer_list<DeviceMatrix> mats, const DeviceMatrix* table, const float* x,
-                  float* y, int64_t y_stride, const float* norm = nullptr) {
+                  float* y, int64_t y_stride, const float* norm = nullptr, bool trigger_after_wait = false) {
     const DeviceMatrix& first = *mats.begin();
     const bool uniform =
         std::all_of(mats.begin(), mats.end(), [&](const DeviceMatrix& m) { return same_format(m, first); });
     if (!uniform || mats.size() > kGemvMaxStack) {
       int64_t p = 0;
-      for (const DeviceMatrix& m : mats) gemv_one(m, x, y + y_stride * p++, false, norm);
+      for (const DeviceMatrix& m : mats) {
+        GemvArgs a = gemv_of(m, x, y + y_stride * p++, false, norm);
+        a.trigger_after_wait = trigger_after_wait;
+        gemv(a, stream_);
+      }
       return;
     }
     GemvArgs a = gemv_levers();
+    a.trigger_after_wait = trigger_after_wait;
     a.table = table;
     a.problems = static_cast<int>(mats.size());
     a.format = first.format;
@@ -711,14 +725,22 @@ class CudaBackend final : public Backend {
   const float* fused_norm(const float* weight) const { return fuse_ ? weight : nullptr; }
   const float* mixer_input(const float* norm) const { return norm ? d_.x : d_.normed; }
 
+  // d_.proj slots: q, k, v, and the gate's rows unless the combine computes them (combine_gate_):
+  // then the q|k|v stack lets the chain after it start only past its wait, so the combine, launched
+  // while the splits run, may read the layer's input (AttentionDecodeArgs::gate_proj).
   void decode_attention(const CudaAttentionWeights& w, int slot, const float* input_norm) {
     const int64_t ps = proj_stride(), hd = cfg_.head_dim;
-    const int64_t q_stride = cfg_.attn_output_gate ? 2 * hd : hd;
-    gemv_stack({w.q, w.k, w.v}, w.qkv_table, mixer_input(input_norm), d_.proj, ps, input_norm);
+    const float* x = mixer_input(input_norm);
+    const bool gated = cfg_.attn_output_gate,
+               gate_rows = gated && combine_gate_ && attention_gate_rows_fit(w.gate);
+    if (gated && !gate_rows)
+      gemv_stack({w.q, w.k, w.v, w.gate}, w.qkv_table, x, d_.proj, ps, input_norm);
+    else
+      gemv_stack({w.q, w.k, w.v}, w.qkv_table, x, d_.proj, ps, input_norm, gate_rows && overlap_);
     const auto& [kc, vc] = kv_cache_[static_cast<size_t>(slot)];
     AttentionPrepArgs prep{d_.proj,
                            0,
-                           q_stride,
+                           hd,
                            d_.proj + ps,
                            d_.proj + 2 * ps,
                            0,
@@ -751,11 +773,13 @@ class CudaBackend final : public Backend {
                            1.0f / std::sqrt(static_cast<float>(hd)),
                            attention_splits_,
                            d_.partial,
-                           cfg_.attn_output_gate ? d_.proj + hd : nullptr,
-                           q_stride,
+                           gated && !gate_rows ? d_.proj + 3 * ps : nullptr,
+                           hd,
                            d_.att_out,
                            decode_attention_mma_,
                            overlap_};
+    if (gate_rows)
+      at.gate_proj = w.gate, at.gate_x = x, at.gate_norm = input_norm, at.eps = cfg_.rms_norm_eps;
     attention_decode(at, stream_);
     gemv_one(w.o, d_.att_out, d_.x, true);
   }
@@ -929,16 +953,18 @@ class CudaBackend final : public Backend {
   }
 
   void prefill_attention(const CudaAttentionWeights& w, int slot, int64_t n) {
+    // p_.att_in's columns: q, the gate (with the output gate; CudaAttentionWeights), then k at q_rows, v.
     const int64_t hd = cfg_.head_dim, q_rows = cfg_.q_proj_rows(), kvr = int64_t{cfg_.n_kv_heads} * hd;
-    const int64_t q_stride = cfg_.attn_output_gate ? 2 * hd : hd, nq_hd = int64_t{cfg_.n_heads} * hd;
-    const int64_t H = cfg_.hidden_size;
+    const int64_t nq_hd = int64_t{cfg_.n_heads} * hd, H = cfg_.hidden_size;
+    const bool gated = cfg_.attn_output_gate;
     timer_.mark("attention: q k v projections");
-    const int64_t ld = project_in(w.in_proj, w.in_proj16, {w.q, w.k, w.v}, p_.att_in, n);
+    const int64_t ld = gated ? project_in(w.in_proj, w.in_proj16, {w.q, w.gate, w.k, w.v}, p_.att_in, n)
+                             : project_in(w.in_proj, w.in_proj16, {w.q, w.k, w.v}, p_.att_in, n);
     const float* q = p_.att_in;
     const auto& [kc, vc] = kv_cache_[static_cast<size_t>(slot)];
     AttentionPrepArgs prep{q,
                            ld,
-                           q_stride,
+                           hd,
                            q + q_rows,
                            q + q_rows + kvr,
                            ld,
@@ -971,9 +997,9 @@ class CudaBackend final : public Backend {
                             cfg_.n_kv_heads,
                             cfg_.head_dim,
                             1.0f / std::sqrt(static_cast<float>(hd)),
-                            cfg_.attn_output_gate ? q + hd : nullptr,
+                            gated ? q + nq_hd : nullptr,
                             ld,
-                            q_stride,
+                            hd,
                             p_.att16};
     at.variant = attention_;
     at.overlap = prefill_overlap();
@@ -1261,6 +1287,7 @@ class CudaBackend final : public Backend {
   bool carry_z_ = true;                          // DeltaNetDecodeStepArgs::z
   bool moe_one_pass_ = true;                     // MoeDecodeArgs::sync
   bool stream_lm_head_ = true;                   // GemvArgs::stream for the decode lm_head
+  bool combine_gate_ = true;                     // AttentionDecodeArgs::gate_proj
   int attention_splits_ = 1;                     // decode attention: context ranges per kv head
   GemmKernel gemm_kernel_ = GemmKernel::kWgmma;  // prefill
   bool row_parallel_conv_ = true;

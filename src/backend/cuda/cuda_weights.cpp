@@ -61,13 +61,16 @@ class Planner {
     size_t whole = kNone;
     std::vector<size_t> parts;
   };
+  static bool alike(const std::vector<const WeightMatrix*>& ws) {
+    const WeightMatrix& first = *ws.front();
+    return std::all_of(ws.begin(), ws.end(), [&](const WeightMatrix* w) {
+      return w->format == first.format && w->group_size == first.group_size && w->cols == first.cols;
+    });
+  }
   Stack stack(const std::vector<const WeightMatrix*>& ws, const std::vector<std::string>& names) {
     Stack out;
     const WeightMatrix& first = *ws.front();
-    const bool alike = std::all_of(ws.begin(), ws.end(), [&](const WeightMatrix* w) {
-      return w->format == first.format && w->group_size == first.group_size && w->cols == first.cols;
-    });
-    if (!alike) {
+    if (!alike(ws)) {
       for (size_t i = 0; i < ws.size(); ++i) out.parts.push_back(matrix(*ws[i], names[i]));
       return out;
     }
@@ -108,6 +111,14 @@ class Planner {
       row += w->rows;
     }
     return out;
+  }
+
+  // Parts [first, first + count) of one stack (planned back to back) as one matrix.
+  size_t joined(const Stack& s, size_t first, size_t count) {
+    PlannedMatrix v = planned_[s.parts[first]];
+    for (size_t i = first + 1; i < first + count; ++i) v.m.rows += planned_[s.parts[i]].m.rows;
+    planned_.push_back(v);
+    return planned_.size() - 1;
   }
 
   // Matrices of one width decoded to f32 and rounded to bf16, as the CPU's bf16 products take them
@@ -246,6 +257,46 @@ class Planner {
   size_t total_ = 0;
 };
 
+// An attention layer's input projections planned: q (query rows), gate (kNone without the output
+// gate), k, v, and q|gate|k|v as one matrix (whole, kNone when their formats differ). The gate's rows
+// are taken out of q_proj's per-head interleave (CudaAttentionWeights).
+struct AttentionInput {
+  size_t whole, q, gate, k, v;
+};
+AttentionInput plan_attention_input(Planner& plan, const AttentionWeights& att, const ModelConfig& cfg,
+                                    const std::string& at) {
+  const WeightMatrix &qg = att.q_proj, &k = att.k_proj, &v = att.v_proj;
+  AttentionInput out{Planner::kNone, Planner::kNone, Planner::kNone, Planner::kNone, Planner::kNone};
+  if (!cfg.attn_output_gate) {
+    const Planner::Stack in = plan.stack({&qg, &k, &v}, {at + "q_proj", at + "k_proj", at + "v_proj"});
+    out.whole = in.whole, out.q = in.parts[0], out.k = in.parts[1], out.v = in.parts[2];
+    return out;
+  }
+  const int64_t hd = cfg.head_dim, heads = cfg.n_heads;
+  if (qg.rows != 2 * heads * hd)
+    fail("{}q_proj: {} rows where the gated heads need {}", at, qg.rows, 2 * heads * hd);
+  std::vector<WeightMatrix> rows;  // every head's query rows, then every head's gate rows
+  for (int64_t half = 0; half < 2; ++half)
+    for (int64_t h = 0; h < heads; ++h) rows.push_back(qg.row_slice((2 * h + half) * hd, hd));
+  std::vector<const WeightMatrix*> parts;
+  std::vector<std::string> names;
+  for (const WeightMatrix& r : rows) parts.push_back(&r), names.push_back(at + "q_proj");
+  parts.insert(parts.end(), {&k, &v});
+  names.insert(names.end(), {at + "k_proj", at + "v_proj"});
+  const size_t n = static_cast<size_t>(heads);
+  const bool together = Planner::alike(parts);
+  if (!together) parts.resize(2 * n), names.resize(2 * n);  // k or v differ: q and gate stacked alone
+  Planner::Stack in = plan.stack(parts, names);
+  if (!together) {
+    in.parts.insert(in.parts.end(), {plan.matrix(k, at + "k_proj"), plan.matrix(v, at + "v_proj")});
+    in.whole = Planner::kNone;
+  }
+  out.whole = in.whole;
+  out.q = plan.joined(in, 0, n), out.gate = plan.joined(in, n, n);
+  out.k = in.parts[2 * n], out.v = in.parts[2 * n + 1];
+  return out;
+}
+
 }  // namespace
 
 bool same_format(const DeviceMatrix& a, const DeviceMatrix& b) {
@@ -270,8 +321,8 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
   // Pass 1: plan. Host structs keep ids/offsets; pass 2 turns them into device pointers.
   struct LayerPlan {
     size_t input_norm, post_norm;
-    std::vector<size_t> mats;  // attention: q k v o | deltanet: qkv z b a out
-    size_t in_stack;           // attention: q|k|v | deltanet: qkv|z|b|a as one matrix, or kNone
+    std::vector<size_t> mats;  // attention: q k v o gate (kNone without) | deltanet: qkv z b a out
+    size_t in_stack;           // attention: q|gate|k|v | deltanet: qkv|z|b|a as one matrix, or kNone
     std::vector<size_t> vecs;  // attention: q_norm k_norm | deltanet: conv a_neg dt_bias norm
     size_t router, shared_gate, route16, sg, su, sd;
     std::vector<size_t> experts;  // 3 per expert
@@ -292,11 +343,9 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
     lp.input_norm = plan.vector(lw.input_norm);
     lp.post_norm = plan.vector(lw.post_norm);
     if (const auto* att = std::get_if<AttentionWeights>(&lw.mixer)) {
-      const Planner::Stack in = plan.stack({&att->q_proj, &att->k_proj, &att->v_proj},
-                                           {at + "q_proj", at + "k_proj", at + "v_proj"});
+      const AttentionInput in = plan_attention_input(plan, *att, cfg, at);
       lp.in_stack = in.whole;
-      lp.mats = in.parts;
-      lp.mats.push_back(plan.matrix(att->o_proj, at + "o_proj"));
+      lp.mats = {in.q, in.k, in.v, plan.matrix(att->o_proj, at + "o_proj"), in.gate};
       lp.vecs = {plan.vector(att->q_norm), plan.vector(att->k_norm)};
     } else {
       const auto& dn = std::get<DeltaNetWeights>(lw.mixer);
@@ -349,10 +398,11 @@ CudaModelWeights upload_weights(const Model& model, cudaStream_t stream) {
     cl.input_norm = V(lp.input_norm);
     cl.post_norm = V(lp.post_norm);
     if (lp.vecs.size() == 2) {
-      CudaAttentionWeights a{M(lp.mats[0]),        M(lp.mats[1]), M(lp.mats[2]), M(lp.mats[3]),
-                             stacked(lp.in_stack), nullptr,       V(lp.vecs[0]), V(lp.vecs[1])};
+      CudaAttentionWeights a{M(lp.mats[0]), M(lp.mats[1]),       M(lp.mats[2]),
+                             M(lp.mats[3]), stacked(lp.mats[4]), stacked(lp.in_stack),
+                             nullptr,       V(lp.vecs[0]),       V(lp.vecs[1])};
       refs[L].qkv = tables.size();
-      tables.insert(tables.end(), {a.q, a.k, a.v});
+      tables.insert(tables.end(), {a.q, a.k, a.v, a.gate});
       cl.mixer = a;
     } else {
       CudaDeltaNetWeights d{M(lp.mats[0]), M(lp.mats[1]),        M(lp.mats[2]), M(lp.mats[3]),

@@ -16,10 +16,13 @@
 
 namespace qwick::cuda {
 
+// With the output gate, q_proj's rows are uploaded apart: every head's query rows (q), then every
+// head's gate rows (gate); the file interleaves them per head (model-spec.md §2.3).
 struct CudaAttentionWeights {
-  DeviceMatrix q, k, v, o;        // shapes as AttentionWeights
-  DeviceMatrix in_proj;           // q|k|v as one matrix (rows 0: their formats differ)
-  const DeviceMatrix* qkv_table;  // device [3]: q, k, v (one gemv launch)
+  DeviceMatrix q, k, v, o;        // shapes as AttentionWeights, but q the query rows only
+  DeviceMatrix gate;              // [n_heads · head_dim, hidden] (rows 0 without the output gate)
+  DeviceMatrix in_proj;           // q|gate|k|v as one matrix (rows 0: their formats differ)
+  const DeviceMatrix* qkv_table;  // device [4]: q, k, v, gate (one gemv launch)
   const float* q_norm;            // [head_dim], 1 + w
   const float* k_norm;
   DeviceMatrix in_proj16{}, o16{};  // bf16 copies for prefill (add_prefill_copies); rows 0 without

@@ -9,7 +9,8 @@
 //                      query heads, so each K/V row is read once for all of them (on the tensor
 //                      cores, the heads as the n side of the products); partial (max, sum,
 //                      unnormalised output) per range, then a combine that also applies the sigmoid
-//                      output gate. The context length comes from the device (graph replays).
+//                      output gate (whose rows it can compute itself while the ranges run). The
+//                      context length comes from the device (graph replays).
 //   attention_prefill  causal attention of a chunk's rows (positions pos0 ..) over the cache on the
 //                      tensor cores (flash attention: 64 query rows per head, 64-key tiles, online
 //                      softmax, P·V from registers), output gate fused, bf16 out. By default on
@@ -23,6 +24,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "kernels/matmul/matmul_cuda.h"
 
 namespace qwick::cuda {
 
@@ -67,7 +70,20 @@ struct AttentionDecodeArgs {
   // before it, which must not come from the kernels it overlaps (decode: from earlier steps), before
   // waiting for them; only the newest row (attention_prep's) and q after.
   bool overlap = false;
+  // The output gate's rows computed by the combine instead of read from `gate` (left null): head h,
+  // dim d is gated by row h·head_dim + d of gate_proj · x', x' = RMSNorm(gate_x) with gate_norm (and
+  // eps), or gate_x as it is when gate_norm is null (attention_gate_rows_fit). The combine's blocks
+  // compute their rows before they wait for the splits, so gate_x must be complete when the combine
+  // launches: with overlap, the kernel before the chain that ends in this one must let its successors
+  // launch only after its own wait (GemvArgs::trigger_after_wait), gate_x being that kernel's input.
+  DeviceMatrix gate_proj{};
+  const float* gate_x = nullptr;
+  const float* gate_norm = nullptr;
+  float eps = 0.0f;
 };
+// Whether the combine can compute the output gate from `gate_proj` (4-bit, 8-bit or bf16, its input
+// staged in 48 KB of shared memory).
+bool attention_gate_rows_fit(const DeviceMatrix& gate_proj);
 // Splits that fill the device in one wave: a block per (kv head, split), one block per multiprocessor.
 int attention_decode_splits(int n_kv_heads);
 void attention_decode(const AttentionDecodeArgs& a, cudaStream_t stream);

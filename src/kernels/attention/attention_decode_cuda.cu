@@ -15,10 +15,13 @@
 //
 // Combine: block (query head h, 32 dims); the splits' weights exp(m_s − M) in shared memory, warp w
 // sums splits w, w + 8, ... (coalesced rows), the warps' sums meet in shared memory, then the sigmoid
-// output gate.
+// output gate. With gate_proj the block computes its 32 gate rows first, as gemv would, before it
+// waits for the splits: they run beside the splits' blocks instead of in the q|k|v projection ahead
+// of them (which then fills the GPU in one wave).
 #include "kernels/attention/attention_decode.cuh"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
+#include "kernels/matmul/gemv_core.cuh"
 #include "kernels/tensor_core.cuh"
 
 #include <algorithm>
@@ -197,12 +200,52 @@ __global__ void __launch_bounds__(kWarps * 32) decode_mma_kernel(AttentionDecode
 }
 
 constexpr int kCombineWarps = 8, kCombineDims = 32;
+constexpr int kGateRowsMaxSmem = 48 * 1024;  // the staged gate input (no opt-in needed)
 
-__global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(AttentionDecodeArgs a) {
-  __shared__ float coef[kMaxSplits], scratch[32], sums[kCombineWarps][kCombineDims];
+// Rows row0 .. row0 + kCombineDims - 1 of the output gate, sigmoid(gate_proj · x'), into `out`: a
+// group of `sub` lanes (gemv_group_lanes) four consecutive rows with gemv's dot_rows, the input staged
+// from L2 (the combine has not waited for any kernel; see AttentionDecodeArgs::gate_proj).
+template <WeightFormat F>
+__device__ __forceinline__ void gate_rows(const AttentionDecodeArgs& a, int sub, int64_t row0, float* xs,
+                                          float* out) {
+  constexpr int E = ChunkTraits<F>::kElems, kRows = 4, kUnroll = 2;
+  const DeviceMatrix& m = a.gate_proj;
+  const LaneGroups lanes = lane_groups(sub);
+  const int lane = threadIdx.x & 31, lane_g = lanes.index(lane);
+  const int first = ((threadIdx.x >> 5) * lanes.per_warp() + lanes.group(lane)) * kRows;
+  const int64_t groups = row_groups(m);
+  WeightRow rows[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+    rows[r] = first + r < kCombineDims ? weight_row(m, groups, row0 + first + r) : WeightRow{};
+  float factor = 1.0f, acc[kRows];
+  dot_rows<F, kRows, kUnroll>(
+      rows, m.cols / E, m.group_size, sub, lane_g, xs, true,
+      [&] {
+        if (a.gate_norm)
+          factor =
+              stage_norm<E, 1, true>(a.gate_x, a.gate_norm, a.eps, m.cols, xs, xs + staged_floats<E>(m.cols));
+        else
+          stage_plain<E, 1, true>(a.gate_x, m.cols, xs, threadIdx.x, blockDim.x);
+        __syncthreads();
+      },
+      acc);
+  if (lane_g != 0) return;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+    if (first + r < kCombineDims) out[first + r] = sigmoidf_(factor * acc[r]);
+}
+
+// kGateRows: the gate from gate_proj (gate_rows, before the wait), F its format; else from a.gate.
+template <WeightFormat F, bool kGateRows>
+__global__ void __launch_bounds__(kCombineWarps * 32, 2) combine_kernel(AttentionDecodeArgs a, int sub) {
+  __shared__ float coef[kMaxSplits], scratch[32], sums[kCombineWarps][kCombineDims], gate[kCombineDims];
+  extern __shared__ uint4 smem4[];  // kGateRows: the staged gate input
   const int h = blockIdx.x, hd = a.head_dim, d = blockIdx.y * kCombineDims + (threadIdx.x & 31);
   const int warp = threadIdx.x >> 5;
   let_next_kernel_start();
+  if constexpr (kGateRows)
+    gate_rows<F>(a, sub, int64_t{h} * hd + blockIdx.y * kCombineDims, reinterpret_cast<float*>(smem4), gate);
   wait_for_previous_kernel();  // the partials
   float mx = -INFINITY;
   for (int s = threadIdx.x; s < a.splits; s += blockDim.x) mx = fmaxf(mx, partial_row(a, h, s)[hd]);
@@ -214,7 +257,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(AttentionDe
     coef[s] = c;
     den += c * p[hd + 1];
   }
-  den = block_sum(den, scratch);  // (its barriers also publish coef)
+  den = block_sum(den, scratch);  // (its barriers also publish coef and the gate rows)
   float num = 0.0f;
 #pragma unroll 4
   for (int s = warp; s < a.splits; s += kCombineWarps) num += partial_row(a, h, s)[d] * coef[s];
@@ -225,8 +268,35 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(AttentionDe
 #pragma unroll
   for (int w = 0; w < kCombineWarps; ++w) num += sums[w][threadIdx.x];
   float out = num / den;
-  if (a.gate) out *= sigmoidf_(a.gate[h * a.gate_stride + d]);
+  if constexpr (kGateRows)
+    out *= gate[threadIdx.x];
+  else if (a.gate)
+    out *= sigmoidf_(a.gate[h * a.gate_stride + d]);
   a.out[static_cast<int64_t>(h) * hd + d] = out;
+}
+
+template <WeightFormat F>
+size_t gate_rows_smem(const DeviceMatrix& m) {
+  return sizeof(float) * static_cast<size_t>(staged_floats<ChunkTraits<F>::kElems>(m.cols) + 32);
+}
+
+void launch_combine(const AttentionDecodeArgs& a, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(a.head_dim / kCombineDims)),
+      block(kCombineWarps * 32);
+  if (a.gate_proj.rows == 0)
+    return launch_kernel(combine_kernel<WeightFormat::kBF16, false>, grid, block, 0, stream, a.overlap,
+                         "attention_decode_combine", a, 0);
+  if (!attention_gate_rows_fit(a.gate_proj) || a.gate_proj.rows != int64_t{a.n_heads} * a.head_dim ||
+      !aligned16(a.gate_x) || (a.gate_norm && !aligned16(a.gate_norm)))
+    check(cudaErrorInvalidValue,
+          "attention_decode: the gate rows need n_heads · head_dim rows of a 4/8-bit or bf16 matrix whose "
+          "staged input fits 48 KB, its input (and norm) 16-byte aligned");
+  with_device_format(a.gate_proj.format, "attention_decode: gate rows format", [&](auto f) {
+    constexpr WeightFormat F = decltype(f)::value;
+    const int sub = gemv_group_lanes(a.gate_proj.cols / ChunkTraits<F>::kElems);
+    launch_kernel(combine_kernel<F, true>, grid, block, gate_rows_smem<F>(a.gate_proj), stream, a.overlap,
+                  "attention_decode_combine", a, sub);
+  });
 }
 
 template <int HD>
@@ -244,6 +314,17 @@ void launch_mma(const AttentionDecodeArgs& a, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool attention_gate_rows_fit(const DeviceMatrix& m) {
+  if (m.format != WeightFormat::kAffine4 && m.format != WeightFormat::kAffine8 &&
+      m.format != WeightFormat::kBF16)
+    return false;
+  bool fits = false;
+  with_device_format(m.format, "attention_decode: gate rows format", [&](auto f) {
+    fits = m.cols % 64 == 0 && gate_rows_smem<decltype(f)::value>(m) <= kGateRowsMaxSmem;
+  });
+  return fits;
+}
 
 int attention_decode_splits(int n_kv_heads) {
   return std::max(1, std::min(kMaxSplits, multiprocessor_count() / std::max(1, n_kv_heads)));
@@ -265,9 +346,7 @@ void attention_decode(const AttentionDecodeArgs& a, cudaStream_t stream) {
     launch_mma<128>(a, stream);
   else
     launch_mma<256>(a, stream);
-  launch_kernel(combine_kernel,
-                dim3(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(a.head_dim / kCombineDims)),
-                dim3(kCombineWarps * 32), 0, stream, a.overlap, "attention_decode_combine", a);
+  launch_combine(a, stream);
 }
 
 }  // namespace qwick::cuda

@@ -42,8 +42,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(const Gem
   float* xs = reinterpret_cast<float*>(smem4);
   // int8 form after the f32 staging and its 32 floats of scratch (kQ8)
   uint8_t* xq = reinterpret_cast<uint8_t*>(xs + staged_floats<E>(L.a.max_cols) + 32);
-  let_next_kernel_start();
   const GemvArgs& a = L.a;
+  if (!a.trigger_after_wait) let_next_kernel_start();
+  auto wait = [&] {
+    wait_for_previous_kernel();
+    if (a.trigger_after_wait) let_next_kernel_start();
+  };
   int p = static_cast<int>(blockIdx.y);
   int64_t block = blockIdx.x;
   if (L.stacked) {
@@ -52,17 +56,17 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(const Gem
     block -= L.first_block[p];
   }
   const bool indexed = a.table && a.index;
-  if (indexed) wait_for_previous_kernel();  // the index list comes from an earlier kernel
+  if (indexed) wait();  // the index list comes from an earlier kernel
   const DeviceMatrix m = a.table ? a.table[indexed ? a.index[p] : p] : a.single;
   const int64_t block_row = block * L.rows_per_step * L.steps;
   if (block_row >= m.rows) {  // uniform over the block: a shorter matrix of the problems
-    wait_for_previous_kernel();
+    wait();
     return;
   }
   const float* x = a.x + p * a.x_stride;
   float factor = 1.0f;
   auto stage = [&] {
-    wait_for_previous_kernel();  // x comes from an earlier kernel
+    wait();  // x comes from an earlier kernel
     if constexpr (T == Transform::kNorm)
       // With four rows per group a batch of two spilled (80 bytes at 128 registers): one at a time.
       factor = stage_norm < E,

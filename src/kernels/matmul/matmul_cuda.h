@@ -76,6 +76,10 @@ struct GemvArgs {
   // multiple of 64 and inputs a multiple of 64 (gemv_q8_fits), which the caller checks.
   bool q8 = false;
   bool overlap = false;  // may start before the previous kernel ends (launch_kernel in cuda_launch.h)
+  // With overlap: let the next kernel launch only once every block has waited for the kernel before
+  // (not at its start), so the kernels launched after this one may read what that kernel wrote without
+  // waiting (the decode attention's combine reads the layer's input for the output gate).
+  bool trigger_after_wait = false;
   // Matrices too short to fill the GPU with four rows per lane group take two or one (more blocks);
   // false: always four. Each row's sum is the same either way.
   bool adapt_rows = true;
