@@ -142,10 +142,11 @@ void launch(const GemvArgs& a, cudaStream_t stream) {
 
 bool gemv_stream_fits(const GemvArgs& a) {
   const DeviceMatrix& m = a.single;
-  return !a.table && !a.gate_z && !a.q8 && a.problems == 1 && m.format == kF && m.rows >= kStreamMinRows &&
-         (m.cols == 32 * kE || m.cols == 64 * kE) && m.group_size > 0 && m.cols % m.group_size == 0 &&
-         (m.cols / m.group_size) % 8 == 0 && m.row_bytes == m.cols / 2 && aligned16(m.data) &&
-         aligned16(m.scales) && aligned16(m.biases) && kStages * TileLayout(m).stage_bytes <= kMaxSmem;
+  return !a.table && !a.gate_z && !a.q8 && !a.trigger_after_wait && a.problems == 1 && m.format == kF &&
+         m.rows >= kStreamMinRows && (m.cols == 32 * kE || m.cols == 64 * kE) && m.group_size > 0 &&
+         m.cols % m.group_size == 0 && (m.cols / m.group_size) % 8 == 0 && m.row_bytes == m.cols / 2 &&
+         aligned16(m.data) && aligned16(m.scales) && aligned16(m.biases) &&
+         kStages * TileLayout(m).stage_bytes <= kMaxSmem;
 }
 
 void gemv_stream(const GemvArgs& a, cudaStream_t stream) {

@@ -89,7 +89,8 @@ struct GemvArgs {
 void gemv(const GemvArgs& args, cudaStream_t stream);
 // y = W·x for a single 4-bit matrix of at least 32K rows, its tiles copied into shared memory by the
 // copy engine ahead of use (gemv_stream_cuda.cu): f32 or RMSNorm input, stored or accumulated; inputs
-// of 1024 or 2048 values in groups a multiple of 8 a row, rows contiguous, 16-byte aligned.
+// of 1024 or 2048 values in groups a multiple of 8 a row, rows contiguous, 16-byte aligned (it
+// lets the next kernel start at once: not with trigger_after_wait).
 bool gemv_stream_fits(const GemvArgs& args);
 void gemv_stream(const GemvArgs& args, cudaStream_t stream);
 inline bool gemv_q8_fits(const DeviceMatrix& m) {
