@@ -736,7 +736,7 @@ class CudaBackend final : public Backend {
     if (gated && !gate_rows)
       gemv_stack({w.q, w.k, w.v, w.gate}, w.qkv_table, x, d_.proj, ps, input_norm);
     else
-      gemv_stack({w.q, w.k, w.v}, w.qkv_table, x, d_.proj, ps, input_norm, gate_rows && overlap_);
+      gemv_stack({w.q, w.k, w.v}, w.qkv_table, x, d_.proj, ps, input_norm, gate_rows);
     const auto& [kc, vc] = kv_cache_[static_cast<size_t>(slot)];
     AttentionPrepArgs prep{d_.proj,
                            0,
