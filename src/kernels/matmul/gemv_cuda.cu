@@ -1,10 +1,10 @@
 // Decode GEMV: y = W·x for one f32 row x, weights in file format (see matmul_cuda.h).
 //
-// Block: 8 warps. The block stages the (transformed) input in shared memory, then each group of `sub`
-// lanes runs dot_rows (gemv_core.cuh) over kRows consecutive rows of one problem per step (the whole
-// warp for inputs of 32 chunks and more, see gemv_group_lanes). Large matrices give a block several
-// steps so the staging is shared by more rows. A stack of matrices is laid out as consecutive block
-// ranges, one per problem, so no block idles on a short matrix.
+// Block: 8 warps (16 for a gated norm at one row a lane group, kGatedWarps). The block stages the
+// (transformed) input in shared memory, then each group of `sub` lanes runs dot_rows (gemv_core.cuh) over
+// kRows consecutive rows of one problem per step (the whole warp for inputs of 32 chunks and more, see
+// gemv_group_lanes). Large matrices give a block several steps so the staging is shared by more rows. A stack
+// of matrices is laid out as consecutive block ranges, one per problem, so no block idles on a short matrix.
 //
 // Test: tests/cuda/cuda_kernels_test.cpp (Gemv.*) against matmul_rows_reference and the CPU norms.
 #include "kernels/cuda_launch.h"
@@ -23,6 +23,12 @@ constexpr int kMinBlocks = 2;
 // Row steps per block for matrices with blocks to spare (the lm_head): 4 took 127.5 µs against 131.0
 // for 8, 132.2 for 2 and 143.2 for 1 (gemv_cuda_bench, session 11; 161 against 166 µs in session 10).
 constexpr int kMaxSteps = 4;
+// A gated-norm input (the DeltaNet output projection) at one row a lane group: blocks of 16 warps, one
+// a multiprocessor. Every block stages the whole input, o and z (32 KB from L2 for the model's 4096
+// values, 8 MB over the GPU at once at 256 blocks), and computes every head's norm and gate; half the
+// blocks halve that, and a warp norms two heads instead of four. 6.4 → 5.9 µs a layer, decode +0.9 %
+// at 4K (docs/gpu-notes.md, session 27).
+constexpr int kGatedWarps = 16;
 
 enum class Transform { kPlain, kNorm, kGatedNorm };
 
@@ -35,8 +41,9 @@ struct GemvLaunch {
   int32_t first_block[kGemvMaxStack + 1] = {};
 };
 
-template <WeightFormat F, Transform T, bool kQ8, int kRows>  // kRows: rows per lane group and step
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemv_kernel(const GemvLaunch L) {
+// kRows: rows per lane group and step; W: warps a block (kWarps, or kGatedWarps at one block an SM).
+template <WeightFormat F, Transform T, bool kQ8, int kRows, int W = kWarps>
+__global__ void __launch_bounds__(W * 32, W == kWarps ? kMinBlocks : 1) gemv_kernel(const GemvLaunch L) {
   constexpr int E = ChunkTraits<F>::kElems;
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);
@@ -126,13 +133,13 @@ int rows_per_group(const GemvArgs& a, int sub) {
   return best;
 }
 
-template <WeightFormat F, Transform T, bool kQ8, int kRows>
+template <WeightFormat F, Transform T, bool kQ8, int kRows, int W = kWarps>
 void launch_gemv(const GemvArgs& a, int sub, cudaStream_t stream) {
   constexpr int E = ChunkTraits<F>::kElems;
   GemvLaunch L;
   L.a = a;
   L.sub = sub;
-  L.rows_per_step = int64_t{kWarps} * (32 / L.sub) * kRows;
+  L.rows_per_step = int64_t{W} * (32 / L.sub) * kRows;  // (rows_per_group counted kWarps: the same rows)
   dim3 grid;
   if (a.table && !a.index && a.problems <= kGemvMaxStack && a.stack_rows[0] > 0) {
     L.stacked = true;
@@ -156,12 +163,12 @@ void launch_gemv(const GemvArgs& a, int sub, cudaStream_t stream) {
   if (smem > 48 * 1024) {  // inputs past 10K columns; never during the decode graph's capture
     static bool configured = false;
     if (!configured)
-      check(cudaFuncSetAttribute(gemv_kernel<F, T, kQ8, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 160 * 1024),
+      check(cudaFuncSetAttribute(gemv_kernel<F, T, kQ8, kRows, W>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024),
             "gemv: shared memory limit");
     configured = true;
   }
-  launch_kernel(gemv_kernel<F, T, kQ8, kRows>, grid, dim3(kWarps * 32), smem, stream, a.overlap, "gemv", L);
+  launch_kernel(gemv_kernel<F, T, kQ8, kRows, W>, grid, dim3(W * 32), smem, stream, a.overlap, "gemv", L);
 }
 
 template <WeightFormat F, Transform T, bool kQ8>
@@ -173,6 +180,7 @@ void launch_rows(const GemvArgs& a, cudaStream_t stream) {
     case 2:
       return launch_gemv<F, T, kQ8, 2>(a, sub, stream);
     default:
+      if constexpr (T == Transform::kGatedNorm) return launch_gemv<F, T, kQ8, 1, kGatedWarps>(a, sub, stream);
       return launch_gemv<F, T, kQ8, 1>(a, sub, stream);
   }
 }
