@@ -41,9 +41,10 @@ struct GemvLaunch {
   int32_t first_block[kGemvMaxStack + 1] = {};
 };
 
-// kRows: rows per lane group and step; W: warps a block (kWarps, or kGatedWarps at one block an SM).
+// kRows: rows per lane group and step; W: warps a block (kWarps, or kGatedWarps), at the same warps an
+// SM whatever W (the same 128 registers a thread).
 template <WeightFormat F, Transform T, bool kQ8, int kRows, int W = kWarps>
-__global__ void __launch_bounds__(W * 32, W == kWarps ? kMinBlocks : 1) gemv_kernel(const GemvLaunch L) {
+__global__ void __launch_bounds__(W * 32, kMinBlocks* kWarps / W) gemv_kernel(const GemvLaunch L) {
   constexpr int E = ChunkTraits<F>::kElems;
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);
@@ -139,7 +140,9 @@ void launch_gemv(const GemvArgs& a, int sub, cudaStream_t stream) {
   GemvLaunch L;
   L.a = a;
   L.sub = sub;
-  L.rows_per_step = int64_t{W} * (32 / L.sub) * kRows;  // (rows_per_group counted kWarps: the same rows)
+  // rows_per_group counted waves of kWarps blocks at kMinBlocks an SM; W warps a block fill the same
+  // warps an SM, so the waves are the same.
+  L.rows_per_step = int64_t{W} * (32 / L.sub) * kRows;
   dim3 grid;
   if (a.table && !a.index && a.problems <= kGemvMaxStack && a.stack_rows[0] > 0) {
     L.stacked = true;
