@@ -255,6 +255,8 @@ class CudaBackend final : public Backend {
         carry_z_ = false;
       else if (name == "moe-one-pass")
         moe_one_pass_ = false;
+      else if (name == "shared-spread")
+        spread_shared_ = false;
       else if (name == "lm-head-stream")
         stream_lm_head_ = false;
       else if (name == "combine-gate")
@@ -296,7 +298,7 @@ class CudaBackend final : public Backend {
       else if (!name.empty())
         fail(
             "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, gemv-rows, "
-            "carry-z, moe-one-pass, lm-head-stream, combine-gate, wgmma, gemm, conv, "
+            "carry-z, moe-one-pass, shared-spread, lm-head-stream, combine-gate, wgmma, gemm, conv, "
             "router-bf16, router, "
             "attention-wgmma, attention-pipeline, attention, chunked-scan, down-bf16, deltanet-in-bf16, "
             "in-proj-stack, expert-tiles-144, shared-overlap, prefill-overlap, combine-norm, dense-bf16)",
@@ -857,6 +859,7 @@ class CudaBackend final : public Backend {
     a.weights = d_.weights;
     a.counter = d_.route_counter;
     a.sync = moe_one_pass_ ? d_.moe_sync + moe_sync_words(a.k) * L : nullptr;
+    a.spread_shared = spread_shared_;
     a.act = d_.act;
     a.q8 = q8_ && w.expert_format == WeightFormat::kAffine4 && w.expert_group_size % 64 == 0 &&
            w.expert_group_size > 0 && cfg_.expert_dim % 64 == 0 && gemv_q8_fits(w.shared_gate_proj) &&
@@ -1286,6 +1289,7 @@ class CudaBackend final : public Backend {
   bool adapt_gemv_rows_ = true;                  // GemvArgs::adapt_rows
   bool carry_z_ = true;                          // DeltaNetDecodeStepArgs::z
   bool moe_one_pass_ = true;                     // MoeDecodeArgs::sync
+  bool spread_shared_ = true;                    // MoeDecodeArgs::spread_shared
   bool stream_lm_head_ = true;                   // GemvArgs::stream for the decode lm_head
   bool combine_gate_ = true;                     // AttentionDecodeArgs::gate_proj
   int attention_splits_ = 1;                     // decode attention: context ranges per kv head

@@ -87,6 +87,9 @@ struct MoeDecodeArgs {
   // word, (epoch << 32) | expert id, the epoch counting the routings published (mod 2^32), so a block
   // reads its expert with the publication. Given to no other call of a decode step (each layer its own).
   unsigned long long* sync = nullptr;
+  // With sync: the shared expert's down rows one a lane group of every one-pass block, before the wait
+  // for the gate|up blocks; false: warp 0 of each block runs them after its routed slot.
+  bool spread_shared = true;
   bool q8 = false;       // int8 activations into the experts (needs gemv_q8_fits of every expert matrix)
   bool overlap = false;  // launch_kernel's programmatic dependent launch
 };

@@ -15,7 +15,7 @@
 // one pass gate_up and down as one launch where its blocks all fit the GPU (MoeDecodeArgs::sync): its
 //          blocks stage their input while the router runs, take their slot's expert from the routing word
 //          the router's last block publishes, and the down rows' weights are requested while the gate|up
-//          rows finish.
+//          rows finish; the shared expert's down rows are spread over every warp, ahead of that wait.
 // Test: tests/cuda/cuda_kernels_test.cpp (Moe.DecodeMatchesCpu) against the CPU moe_forward.
 #include <algorithm>
 
@@ -205,22 +205,22 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gate_up_kernel(const MoeDecode
 // the slot's coefficient, into partial[0 .. kRows) (lane 0 of the group). The warp's
 // staged input is at xs (f32, then (kQ8) its int8 form after it); `stage` as dot_rows's, run once when
 // `first`, fills it from act row t. U: chunks per lane in flight (each row's sum is the same for any U).
-template <WeightFormat F, bool kQ8, int U, class Stage>
+template <WeightFormat F, bool kQ8, int U, int R = kRows, class Stage>
 __device__ __forceinline__ void down_rows(const MoeDecodeArgs& a, int sub, int lane_g, int t, int64_t row0,
                                           float* xs, bool first, Stage&& stage, float* partial) {
   constexpr int E = elems<F>();
   // The routing from L2: one_pass_kernel reads it before waiting for the router's launch.
   const DeviceMatrix m = a.experts[t < a.k ? 3 * __ldcg(a.ids + t) + 2 : 3 * a.E + 2];
-  WeightRow rows[kRows];
-  weight_rows<kRows>(m, row_groups(m), row0, rows);
+  WeightRow rows[R];
+  weight_rows<R>(m, row_groups(m), row0, rows);
   const uint8_t* xq = reinterpret_cast<const uint8_t*>(xs + staged_floats<E>(a.I));
-  float acc[kRows];
-  dot_rows<F, kRows, U, kQ8>(rows, m.cols / E, m.group_size, sub, lane_g,
-                             kQ8 ? static_cast<const void*>(xq) : xs, first, stage, acc);
+  float acc[R];
+  dot_rows<F, R, U, kQ8>(rows, m.cols / E, m.group_size, sub, lane_g, kQ8 ? static_cast<const void*>(xq) : xs,
+                         first, stage, acc);
   const float coef = t < a.k ? __ldcg(a.weights + t) : sigmoidf_(__ldcg(a.logits + a.E));
-  if (lane_g == 0) {
+  if (lane_g == 0 && partial) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) partial[r] = coef * acc[r];
+    for (int r = 0; r < R; ++r) partial[r] = coef * acc[r];
   }
 }
 // Warp-wide: act row t into the warp's staging at xs (kL2: past L1, as stage_plain).
@@ -279,9 +279,12 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
 //   2. thread 0 waits for the router's last block to publish its slot's expert (sync[1 + slot] reaching
 //      the epoch after the launches this kernel had seen, sync[0] / blocks), then the block runs its
 //      gate|up rows as gate_up_kernel's, and adds itself to sync[0];
-//   3. the block takes row blocks id, id + blocks, ... of the down projections, warp w the expert slots
-//      w, w + kWarps, ... as down_kernel's warps: the rows' first weights are requested before the warp
-//      waits for every gate|up block (sync[0]) and the router's launch (the shared expert's act).
+//   3. the block takes row blocks id, id + blocks, ... of the down projections. With
+//      MoeDecodeArgs::spread_shared each lane group first computes one of the block's shared-expert
+//      rows (its act is the router's launch's, so this needs only that launch's end), then warp w the
+//      routed slots w, w + kWarps, ...; otherwise warp w takes slots w, w + kWarps, ... of all k + 1,
+//      warp 0 the shared one second, after everything else, as down_kernel's warps. A routed slot's
+//      first weights are requested before the warp waits for every gate|up block (sync[0]).
 // Every block of the grid must be resident at once (one_pass checks it): a block of step 3 waits
 // for all of step 2. Each row's sums are down_kernel's, in the same order.
 template <WeightFormat F, bool kQ8>
@@ -315,9 +318,26 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   float* xs = smem + warp * down_warp_floats<E>(a.I, kQ8);
   float* partial = smem + kWarps * down_warp_floats<E>(a.I, kQ8);  // [k + 1][rows]
   bool waited = false;
+  // The shared expert's rows of row block rb, one a lane group (row warp + kWarps · group covers the
+  // block's rows: kRows <= kWarps). Warp 0 running them as a second slot after its routed one was
+  // ~2.4 µs of the down phase, and the block's late end kept the next kernel's blocks off its SM.
+  static_assert(kRows <= kWarps, "a lane group's shared row");
+  auto shared_rows = [&](int64_t rb) {
+    if (warp >= rows) return;  // uniform over the warp: no group of it has a row
+    const int64_t j = warp + int64_t{kWarps} * group;
+    down_rows<F, kQ8, 1, 1>(
+        a, sub_down, lane_g, a.k, j < rows ? rb * rows + j : -1, xs, true,
+        [&] {
+          wait_for_previous_kernel();  // the router's launch
+          __syncwarp();                // the warp's last slot is done with xs
+          stage_down_input<F, kQ8, true>(a, a.k, xs);
+        },
+        j < rows ? partial + a.k * rows + j : nullptr);
+  };
   for (int64_t rb = int64_t{blockIdx.y} * gridDim.x + blockIdx.x; rb * rows < a.H;
        rb += static_cast<int64_t>(blocks)) {
-    for (int t = warp; t <= a.k; t += kWarps) {
+    if (a.spread_shared) shared_rows(rb);
+    for (int t = warp; t <= (a.spread_shared ? a.k - 1 : a.k); t += kWarps) {
       // One chunk a lane in flight: the real shape's 16 chunks a row are one per lane of its 16, and
       // a second slot's registers spilled at the launch's 128.
       down_rows<F, kQ8, 1>(
