@@ -7,12 +7,14 @@ variant's median over the rounds, every round's value, and the change against th
 
 A VARIANT is NAME=COMMAND: a qwick binary and any arguments of that variant alone, e.g.
   base=.cuda/base/qwick  next=.cuda/bin/qwick  "no-pdl=.cuda/bin/qwick --cuda-off prefill-overlap"
+and, before the binary, environment variables of that variant alone: "int8=QWICK_CUDA_INT8=1 ./qwick".
 BENCH ARGS go to every variant's `qwick bench` (model, device, lengths, repetitions). Each run's
 --json lands in DIR (default $OUT or ab-out) as NAME.rK.json, its output as NAME.rK.txt.
 """
 import argparse
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -41,11 +43,18 @@ def parse(argv):
     return a, variants, argv[cut + 1:]
 
 
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
 def run(name, command, bench_args, out, round_):
     stem = os.path.join(out, f"{name}.r{round_}")
+    env = dict(os.environ)
+    while len(command) > 1 and ASSIGNMENT.match(command[0]):
+        key, _, value = command[0].partition("=")
+        env[key], command = value, command[1:]
     cmd = [command[0], "bench", *bench_args, *command[1:], "--json", stem + ".json"]
     with open(stem + ".txt", "w") as log:
-        rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+        rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     if rc != 0:
         sys.exit(f"ab_bench: {name} (round {round_}) exited {rc}; its output is in {stem}.txt")
     with open(stem + ".json") as f:

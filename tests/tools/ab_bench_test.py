@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tools/ab_bench.py on the CPU with the built-in small model: two variants over two rounds give a
-prefill and a decode table with a row per variant and every run's JSON; a variant whose bench fails
-and a command line without "--" end with an error naming the cause.
+prefill and a decode table with a row per variant and every run's JSON; a variant's leading VAR=VALUE
+words reach its bench as environment; a variant whose bench fails and a command line without "--" end
+with an error naming the cause.
 
   ab_bench_test.py QWICK_BINARY AB_BENCH_SCRIPT SCRATCH_DIR
 """
@@ -44,6 +45,16 @@ for phase in ("prefill", "decode"):
                   for c in rows[1].split("|")[2:-1]), f"{phase}: second row's cells", rows[1])
 check(sorted(f for f in os.listdir(out) if f.endswith(".json")) ==
       ["exact.r1.json", "exact.r2.json", "plain.r1.json", "plain.r2.json"], "every run's JSON kept")
+
+# The device from the environment (no --device here): a variant's own QWICK_DEVICE reaches its bench.
+no_device = bench[2:]
+rc, _, stderr = ab("--rounds", "1", "--out", out, f"env-cpu=QWICK_DEVICE=cpu {qwick}", "--", *no_device)
+check(rc == 0, "a variant with an environment variable runs", stderr)
+rc, _, stderr = ab("--rounds", "1", "--out", out, f"env-bad=QWICK_DEVICE=nosuch {qwick}", "--", *no_device)
+check(rc != 0 and "env-bad (round 1) exited" in stderr, "a variant's environment reaches its bench", stderr)
+with open(os.path.join(out, "env-bad.r1.txt")) as f:
+    log = f.read()
+check("unknown device" in log, "the bad device is named in its output", log)
 
 rc, _, stderr = ab("--out", out, f"plain={qwick}", f"broken={qwick} --no-such-flag", "--", *bench)
 check(rc != 0 and "broken (round 1) exited" in stderr and "broken.r1.txt" in stderr, "a failing variant is named",
