@@ -201,8 +201,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gate_up_kernel(const MoeDecode
                         reinterpret_cast<float*>(smem4));
 }
 
-// Expert slot t's down rows row0 .. row0 + kRows - 1 (those of the calling lane group), weighted by
-// the slot's coefficient, into partial[0 .. kRows) (lane 0 of the group). The warp's
+// Expert slot t's down rows row0 .. row0 + R - 1 (those of the calling lane group), weighted by
+// the slot's coefficient, into partial[0 .. R) (lane 0 of the group; a null partial: a lane group
+// without rows, which still takes part in the warp's staging). The warp's
 // staged input is at xs (f32, then (kQ8) its int8 form after it); `stage` as dot_rows's, run once when
 // `first`, fills it from act row t. U: chunks per lane in flight (each row's sum is the same for any U).
 template <WeightFormat F, bool kQ8, int U, int R = kRows, class Stage>
