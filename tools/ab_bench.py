@@ -21,6 +21,9 @@ import subprocess
 import sys
 
 
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")  # a VAR=VALUE word before a variant's binary
+
+
 def parse(argv):
     if "--" not in argv:
         sys.exit("ab_bench: the bench arguments come after --")
@@ -30,12 +33,17 @@ def parse(argv):
     p.add_argument("--out", default=os.environ.get("OUT", "ab-out"))
     p.add_argument("variants", nargs="+", metavar="NAME=COMMAND")
     a = p.parse_args(argv[:cut])
-    variants = []
+    variants = []  # (name, (environment, argv))
     for v in a.variants:
         name, sep, command = v.partition("=")
-        if not sep or not name or not command.strip():
+        words = shlex.split(command)
+        env = dict(os.environ)
+        while words and ASSIGNMENT.match(words[0]):
+            key, _, value = words.pop(0).partition("=")
+            env[key] = value
+        if not sep or not name or not words:
             sys.exit(f"ab_bench: a variant is NAME=COMMAND, not {v!r}")
-        variants.append((name, shlex.split(command)))
+        variants.append((name, (env, words)))
     if len({n for n, _ in variants}) != len(variants):
         sys.exit("ab_bench: variant names must differ")
     if a.rounds < 1:
@@ -43,15 +51,9 @@ def parse(argv):
     return a, variants, argv[cut + 1:]
 
 
-ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-
-
 def run(name, command, bench_args, out, round_):
     stem = os.path.join(out, f"{name}.r{round_}")
-    env = dict(os.environ)
-    while len(command) > 1 and ASSIGNMENT.match(command[0]):
-        key, _, value = command[0].partition("=")
-        env[key], command = value, command[1:]
+    env, command = command
     cmd = [command[0], "bench", *bench_args, *command[1:], "--json", stem + ".json"]
     with open(stem + ".txt", "w") as log:
         rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
