@@ -47,12 +47,13 @@ check(sorted(f for f in os.listdir(out) if f.endswith(".json")) ==
       ["exact.r1.json", "exact.r2.json", "plain.r1.json", "plain.r2.json"], "every run's JSON kept")
 
 # The device from the environment (no --device here): a variant's own QWICK_DEVICE reaches its bench.
-no_device = bench[2:]
-rc, _, stderr = ab("--rounds", "1", "--out", out, f"env-cpu=QWICK_DEVICE=cpu {qwick}", "--", *no_device)
+# (Their runs go to a folder of their own, so a rerun's listing of `out` above is unchanged.)
+no_device, env_out = bench[2:], os.path.join(scratch, "ab-env")
+rc, _, stderr = ab("--rounds", "1", "--out", env_out, f"env-cpu=QWICK_DEVICE=cpu {qwick}", "--", *no_device)
 check(rc == 0, "a variant with an environment variable runs", stderr)
-rc, _, stderr = ab("--rounds", "1", "--out", out, f"env-bad=QWICK_DEVICE=nosuch {qwick}", "--", *no_device)
+rc, _, stderr = ab("--rounds", "1", "--out", env_out, f"env-bad=QWICK_DEVICE=nosuch {qwick}", "--", *no_device)
 check(rc != 0 and "env-bad (round 1) exited" in stderr, "a variant's environment reaches its bench", stderr)
-with open(os.path.join(out, "env-bad.r1.txt")) as f:
+with open(os.path.join(env_out, "env-bad.r1.txt")) as f:
     log = f.read()
 check("unknown device" in log, "the bad device is named in its output", log)
 
