@@ -115,11 +115,16 @@ int run(int reps) {
   float* yp = reinterpret_cast<float*>(y.data());
   std::printf("| %-44s | %9s | %8s | %8s |\n| --- | ---: | ---: | ---: |\n", "kernel (shape)", "us/call",
               "MB", "GB/s");
-  for (auto [overlap, q8] : {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
-    std::printf("| %-44s |           |          |          |\n",
-                overlap
-                    ? (q8 ? "programmatic launch, int8 activations" : "programmatic launch, f32 activations")
-                    : "plain launch, f32 activations");
+  struct Variant {
+    const char* name;
+    bool overlap, q8, i16;
+  };
+  for (auto [title, overlap, q8, i16] :
+       {Variant{"plain launch, f32 activations", false, false, false},
+        Variant{"programmatic launch, f32 activations", true, false, false},
+        Variant{"programmatic launch, int8 activations", true, true, false},
+        Variant{"programmatic launch, int16 activations", true, false, true}}) {
+    std::printf("| %-44s |           |          |          |\n", title);
     {  // lm_head with the final norm fused
       Matrix w = affine(248320, H, 4);
       GemvArgs a;
@@ -133,6 +138,7 @@ int run(int reps) {
       a.eps = 1e-6f;
       a.overlap = overlap;
       a.q8 = q8;
+      a.i16 = i16;
       row("lm_head 248320x2048 q4, RMSNorm",
           time_per_call_us(reps, 1, [&](int, cudaStream_t st) { gemv(a, st); }),
           static_cast<double>(w.bytes()));
@@ -170,6 +176,7 @@ int run(int reps) {
       a.eps = 1e-6f;
       a.overlap = overlap;
       a.q8 = q8;
+      a.i16 = i16;
       row(stack.name,
           time_per_call_us(reps, copies,
                            [&](int c, cudaStream_t st) {
@@ -201,6 +208,7 @@ int run(int reps) {
                              a.accumulate = true;
                              a.overlap = overlap;
                              a.q8 = q8;
+                             a.i16 = i16;
                              gemv(a, st);
                            }),
           static_cast<double>(ws[0].bytes()));
@@ -256,6 +264,7 @@ int run(int reps) {
                              a.counter = reinterpret_cast<int32_t*>(counter.data());
                              a.act = reinterpret_cast<float*>(act.data());
                              a.q8 = q8;
+                             a.i16 = i16;
                              a.overlap = overlap;
                              moe_decode(a, st);
                            }),

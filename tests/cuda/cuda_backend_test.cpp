@@ -38,7 +38,8 @@ struct RunSpec {
   bool graphs = true;
   std::string device = "cuda";
   bool fusion = true, overlap = true;
-  bool int8 = false;  // int8 decode activations against 4-bit weights (device_int8, not exact)
+  bool int8 = false;   // int8 decode activations against 4-bit weights (device_int8, not exact)
+  bool int16 = false;  // int16 decode activations against 4-bit weights (the default when not exact)
   bool chunked_scan = true;
   bool gemv_rows = true, carry_z = true, moe_one_pass = true, shared_spread = true, combine_gate = true;
   bool down_bf16 = true, in_proj_stack = true, deltanet_in_bf16 = true;
@@ -59,7 +60,8 @@ std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& tok
         std::pair{run.prefill_overlap, "prefill-overlap"}, std::pair{run.combine_norm, "combine-norm"}})
     if (!on) opt.cuda_off += std::string(opt.cuda_off.empty() ? "" : ",") + lever;
   opt.threads = 4;
-  opt.exact = !run.int8;  // by default the f32 reference numerics, not the int8/bf16 fast paths
+  // by default the f32 reference numerics, not the int8/int16/bf16 fast paths
+  opt.exact = !run.int8 && !run.int16;
   opt.device_int8 = run.int8;
   auto backend = make_backend(run.device, model, opt);
   const int64_t T = static_cast<int64_t>(tokens.size()), V = model.config.vocab_size;
@@ -179,8 +181,8 @@ TEST(CudaBackend, GraphDecodeEqualsPlainDecode) {
 
 // The decode levers: overlapping launches change only scheduling (identical logits); unfused decode
 // applies each norm before its projection instead of after (f32 rounding only). And the int8
-// activations (device_int8), whose error on these fixtures is printed: their random weights amplify
-// small perturbations (the CPU's int8 decode path moves small/mlx4 by 5.8e-2).
+// and int16 activations (device_int8; not exact), whose errors on these fixtures are printed: their random
+// weights amplify small perturbations (the CPU's int8 decode path moves small/mlx4 by 5.8e-2).
 TEST(CudaBackend, DecodeLeversKeepTheLogits) {
   QWICK_REQUIRE_GPU();
   for (const char* dir : {"tiny/mlx4", "small/mlx4"}) {
@@ -217,6 +219,14 @@ TEST(CudaBackend, DecodeLeversKeepTheLogits) {
     const double err = rel_err(logits_of(*model, fx.tokens, q8), a);
     std::printf("[ fixture  ] %-18s int8 decode vs f32 decode rel_err %.3e\n", dir, err);
     EXPECT_LT(err, 0.15);  // measured 9.6e-2 (tiny), 5.6e-2 (small); broken integer dots give ~1
+    // int16 activations (the default unless exact): each staged value within 1/65534 of its chunk's
+    // largest, against int8's 1/254.
+    RunSpec i16 = all;
+    i16.int16 = true;
+    const double err16 = rel_err(logits_of(*model, fx.tokens, i16), a);
+    std::printf("[ fixture  ] %-18s int16 decode vs f32 decode rel_err %.3e\n", dir, err16);
+    EXPECT_GT(err16, 0.0) << "int16 decode gave f32's logits: the int16 path did not run";
+    EXPECT_LT(err16, 1e-2);
   }
 }
 

@@ -103,6 +103,7 @@ class CudaBackend final : public Backend {
         max_context_(options.max_context > 0 ? options.max_context : cfg_.max_position_embeddings),
         q8_(options.device_int8 && !options.exact) {
     set_levers(options.cuda_off);
+    if (options.exact) int16_ = false;
     if (options.kv_dtype != KvDtype::kBF16) fail("--kv-type: the CUDA backend keeps its KV cache in bf16");
     if (cfg_.n_heads % cfg_.n_kv_heads != 0) fail("n_heads must be a multiple of n_kv_heads");
     if (cfg_.expert_dim % kGemmTileRows != 0)
@@ -261,6 +262,8 @@ class CudaBackend final : public Backend {
         stream_lm_head_ = false;
       else if (name == "combine-gate")
         combine_gate_ = false;
+      else if (name == "int16")
+        int16_ = false;
       else if (name == "wgmma" && gemm_kernel_ != GemmKernel::kSimple)
         gemm_kernel_ = GemmKernel::kPipelined;
       else if (name == "gemm")
@@ -298,7 +301,7 @@ class CudaBackend final : public Backend {
       else if (!name.empty())
         fail(
             "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, gemv-rows, "
-            "carry-z, moe-one-pass, shared-spread, lm-head-stream, combine-gate, wgmma, gemm, conv, "
+            "carry-z, moe-one-pass, shared-spread, lm-head-stream, combine-gate, int16, wgmma, gemm, conv, "
             "router-bf16, router, "
             "attention-wgmma, attention-pipeline, attention, chunked-scan, down-bf16, deltanet-in-bf16, "
             "in-proj-stack, expert-tiles-144, shared-overlap, prefill-overlap, combine-norm, dense-bf16)",
@@ -526,6 +529,7 @@ class CudaBackend final : public Backend {
     GemvArgs a;
     a.overlap = overlap_;
     a.adapt_rows = adapt_gemv_rows_;
+    a.i16 = int16_;
     return a;
   }
   GemvArgs gemv_args(const DeviceMatrix& m) const {
@@ -809,6 +813,7 @@ class CudaBackend final : public Backend {
         step.z_norm = input_norm;
         step.z_eps = cfg_.rms_norm_eps;
         step.z_out = proj_z;
+        step.z_i16 = int16_;
       }
       deltanet_decode_step(step, stream_);
     } else {
@@ -864,6 +869,7 @@ class CudaBackend final : public Backend {
     a.q8 = q8_ && w.expert_format == WeightFormat::kAffine4 && w.expert_group_size % 64 == 0 &&
            w.expert_group_size > 0 && cfg_.expert_dim % 64 == 0 && gemv_q8_fits(w.shared_gate_proj) &&
            gemv_q8_fits(w.shared_up) && gemv_q8_fits(w.shared_down);
+    a.i16 = int16_;
     a.overlap = overlap_;
     moe_decode(a, stream_);
   }
@@ -1292,6 +1298,7 @@ class CudaBackend final : public Backend {
   bool spread_shared_ = true;                    // MoeDecodeArgs::spread_shared
   bool stream_lm_head_ = true;                   // GemvArgs::stream for the decode lm_head
   bool combine_gate_ = true;                     // AttentionDecodeArgs::gate_proj
+  bool int16_ = true;                            // GemvArgs::i16, MoeDecodeArgs::i16 (not with --exact)
   int attention_splits_ = 1;                     // decode attention: context ranges per kv head
   GemmKernel gemm_kernel_ = GemmKernel::kWgmma;  // prefill
   bool row_parallel_conv_ = true;

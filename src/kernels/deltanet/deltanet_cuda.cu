@@ -351,7 +351,7 @@ template <WeightFormat F>
 int64_t z_rows_per_block(int64_t cols) {
   return int64_t{kScanWarps} * (32 / z_lanes<F>(cols)) * kZRowsPerGroup;
 }
-template <WeightFormat F>
+template <WeightFormat F, Act A>
 __device__ __forceinline__ void z_block(const DeviceMatrix m, const float* x, const float* norm, float eps,
                                         float* out, int64_t block, int sub) {
   constexpr int E = ChunkTraits<F>::kElems;
@@ -368,13 +368,13 @@ __device__ __forceinline__ void z_block(const DeviceMatrix m, const float* x, co
   auto stage = [&] {
     wait_for_previous_kernel();  // the residual comes from the kernel before the input projection
     if (norm)
-      factor = stage_norm<E, 1>(x, norm, eps, m.cols, xs, xs + staged_floats<E>(m.cols));
+      factor = stage_norm<E, 1, false, A>(x, norm, eps, m.cols, xs, xs + staged_floats<E>(m.cols));
     else
-      stage_plain<E, 1>(x, m.cols, xs, threadIdx.x, blockDim.x);
+      stage_plain<E, 1, false, A>(x, m.cols, xs, threadIdx.x, blockDim.x);
     __syncthreads();
   };
   float acc[kZRowsPerGroup];
-  dot_rows<F, kZRowsPerGroup, kZUnroll>(rows, m.cols / E, m.group_size, sub, lane_g, xs, true, stage, acc);
+  dot_rows<F, kZRowsPerGroup, kZUnroll, A>(rows, m.cols / E, m.group_size, sub, lane_g, xs, true, stage, acc);
   if (lane_g != 0) return;
 #pragma unroll
   for (int r = 0; r < kZRowsPerGroup; ++r)
@@ -388,15 +388,16 @@ constexpr int kMaxStepDk = 128;  // q and k of a key head staged in shared memor
 // channels are read by every block of its value heads, so their window moves on only once all of
 // them have read it: each block counts itself in readers[kh] after its reads, and the last one
 // writes the window and resets the count. The value channels and the state rows are the block's own.
-// kZ: the launch also carries the z projection (format ZF) in blocks past the step's Hv columns.
-template <int EPL, int K, bool kZ = false, WeightFormat ZF = WeightFormat::kAffine4>
+// kZ: the launch also carries the z projection (format ZF, input form ZA) in blocks past the step's Hv
+// columns.
+template <int EPL, int K, bool kZ = false, WeightFormat ZF = WeightFormat::kAffine4, Act ZA = Act::kF32>
 __global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)
     decode_step_kernel(DeltaNetDecodeStepArgs a, int z_sub) {
   if constexpr (kZ) {
     if (static_cast<int>(blockIdx.x) >= a.Hv) {
       let_next_kernel_start();
-      return z_block<ZF>(a.z, a.z_x, a.z_norm, a.z_eps, a.z_out,
-                         (static_cast<int64_t>(blockIdx.x) - a.Hv) * gridDim.y + blockIdx.y, z_sub);
+      return z_block<ZF, ZA>(a.z, a.z_x, a.z_norm, a.z_eps, a.z_out,
+                             (static_cast<int64_t>(blockIdx.x) - a.Hv) * gridDim.y + blockIdx.y, z_sub);
     }
   }
   constexpr int kThreads = kScanWarps * 32, kQkPerThread = kMaxStepDk / kThreads;
@@ -483,14 +484,14 @@ void launch_decode_step(const DeltaNetDecodeStepArgs& a, cudaStream_t stream) {
 
 // The step with the z projection along (Dk 128, conv kernel 4): its blocks take further columns of the
 // grid, as many as cover z's rows.
-template <WeightFormat F>
+template <WeightFormat F, Act A>
 void launch_decode_step_with_z(const DeltaNetDecodeStepArgs& a, cudaStream_t stream) {
   constexpr int E = ChunkTraits<F>::kElems;
   const unsigned cols = static_cast<unsigned>(a.Dv / kScanRowsPerBlock);
   const int64_t z_blocks = blocks_for(a.z.rows, static_cast<int>(z_rows_per_block<F>(a.z.cols)));
   const dim3 grid(static_cast<unsigned>(a.Hv + (z_blocks + cols - 1) / cols), cols);
   const size_t smem = sizeof(float) * static_cast<size_t>(staged_floats<E>(a.z.cols) + 32);
-  launch_kernel(decode_step_kernel<4, 4, true, F>, grid, dim3(kScanWarps * 32), smem, stream, a.overlap,
+  launch_kernel(decode_step_kernel<4, 4, true, F, A>, grid, dim3(kScanWarps * 32), smem, stream, a.overlap,
                 "deltanet_decode_step", a, z_lanes<F>(a.z.cols));
 }
 
@@ -536,8 +537,10 @@ void deltanet_decode_step(const DeltaNetDecodeStepArgs& a, cudaStream_t stream) 
   if (a.z.rows > 0) {
     if (!deltanet_decode_step_carries_z(a.Dk, a.conv.K, a.z))
       check(cudaErrorInvalidValue, "deltanet_decode_step: cannot carry this z projection");
+    if (a.z_i16 && a.z.format == WeightFormat::kAffine4)
+      return launch_decode_step_with_z<WeightFormat::kAffine4, Act::kI16>(a, stream);
     return with_device_format(a.z.format, "deltanet_decode_step: z format",
-                              [&](auto f) { launch_decode_step_with_z<f.value>(a, stream); });
+                              [&](auto f) { launch_decode_step_with_z<f.value, Act::kF32>(a, stream); });
   }
   switch (a.Dk) {
     case 32:

@@ -112,6 +112,7 @@ struct DeltaNetDecodeStepArgs {
   const float* z_norm = nullptr;
   float z_eps = 0.0f;
   float* z_out = nullptr;
+  bool z_i16 = false;  // int16 activations into 4-bit z rows (GemvArgs::i16)
 };
 void deltanet_decode_step(const DeltaNetDecodeStepArgs& a, cudaStream_t stream);
 // Whether the step's launch can carry the z projection: the model's shapes (Dk 128, conv kernel 4)

@@ -17,6 +17,10 @@
 //                     scalar, so it moves out of the sum)
 //   stage_gated_norm  per head of D values: w·(x·rsqrt(mean_head(x²) + eps))·silu(z), a warp per head
 // For affine formats the dot uses Σ_i (q_i·s + b)·x_i = s·Σ q_i·x_i + b·Σ x_i.
+//
+// The staged form (Act): f32 as above; int8 (stage_q8, a second pass over the f32 staging, dp4a dots);
+// or int16 for 4-bit weights (stage_i16_quad, written by the staging's own pass, dp2a dots): per chunk
+// of 32 values q = rint(x·32767/max|x|), each value within about max|x|/65534 of its own (int8: /254).
 #pragma once
 
 #include "kernels/matmul/dequant.cuh"
@@ -70,8 +74,11 @@ __device__ __forceinline__ LaneGroups lane_groups(int sub) {
   return LaneGroups{__ffs(sub) - 1};
 }
 
+// The form of the staged input dot_rows reads (see the top of this file).
+enum class Act { kF32, kQ8, kI16 };
+
 // ---- staging -------------------------------------------------------------------------------------
-// Floats of shared memory for a staged input of n values.
+// Floats of shared memory for a staged input of n values (f32; the int8 and int16 forms take less).
 template <int E>
 constexpr int64_t staged_floats(int64_t n) {
   return (n + E - 1) / E * (E + 4);
@@ -91,12 +98,84 @@ __device__ __forceinline__ float4 load_input4(const float* p) {
     return *reinterpret_cast<const float4*>(p);
 }
 
+// int16 activations for 4-bit weights. Chunk c (32 values) becomes kI16ChunkBytes at s + c·kI16ChunkBytes:
+// for each word k of a row chunk's codes (values 8k .. 8k + 7) 16 bytes of int16 pairs, (x0, x2) (x1, x3)
+// (x4, x6) (x5, x7) of those 8, the partners of the low nibbles' bytes 0-1, the high nibbles' bytes 0-1,
+// then bytes 2-3 of each (dp2a.lo / .hi); then d = max|x| / kI16Max and the chunk's exact Σx as floats.
+// The 80-byte stride keeps a lane's 16-byte reads conflict-free. A chunk's dot of 32 codes is at most
+// 32·15·32767 < 2^24 in magnitude, so its int32 sum converts to f32 exactly.
+inline constexpr int kI16ChunkBytes = 80;
+inline constexpr float kI16Max = 32767.0f;
+// rint(v·inv) for |v·inv| < 2^22, in one FMA (the exact product, rounded once) and an add: the
+// conversion instruction runs at a quarter of the FMA's rate.
+__device__ __forceinline__ int round_scaled(float v, float inv) {
+  return __float_as_int(fmaf(v, inv, 12582912.0f)) - 0x4B400000;
+}
+// Two int16 (a low, b high) in a word.
+__device__ __forceinline__ uint32_t i16_pair(int a, int b) {
+  return __byte_perm(static_cast<uint32_t>(a), static_cast<uint32_t>(b), 0x5410);
+}
+// kI16Max / amax, the factor that scales a chunk onto the int16 range (0 for a chunk of zeros). An
+// approximate reciprocal: q need only be near x / d, which the dot's d then undoes; an exact division
+// is some ten dependent instructions on the staging's path.
+__device__ __forceinline__ float i16_factor(float amax) {
+  return amax > 0.0f ? __fdividef(kI16Max, amax) : 0.0f;
+}
+// Values i .. i + 3 (v; i a multiple of 4) of the input into the int16 form at s. The chunk's 8 quads
+// must be held by the 8 lanes 8g .. 8g + 7 of one warp, quad j by lane 8g + j, all calling together.
+__device__ __forceinline__ void stage_i16_quad(uint8_t* s, int64_t i, float4 v) {
+  const unsigned lanes = 0xffu << (threadIdx.x & 24);
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+  float sum = (v.x + v.y) + (v.z + v.w);
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, o));
+    sum += __shfl_xor_sync(lanes, sum, o);
+  }
+  const float inv = i16_factor(amax);
+  uint8_t* chunk = s + i / 32 * kI16ChunkBytes;
+  const int quad = static_cast<int>(i / 4) & 7;  // word quad / 2, its first or second half
+  reinterpret_cast<uint2*>(chunk)[quad] =
+      make_uint2(i16_pair(round_scaled(v.x, inv), round_scaled(v.z, inv)),
+                 i16_pair(round_scaled(v.y, inv), round_scaled(v.w, inv)));
+  if (quad == 0) reinterpret_cast<float2*>(chunk + 64)[0] = make_float2(amax / kI16Max, sum);
+}
+// A whole chunk held by one lane into the int16 form's four words (stage_i16_quad's layout); returns d.
+__device__ __forceinline__ float quantize_chunk_i16(const float (&x)[32], uint4 (&q)[4]) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  const float inv = i16_factor(amax);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float* v = x + 8 * k;
+    q[k] = make_uint4(i16_pair(round_scaled(v[0], inv), round_scaled(v[2], inv)),
+                      i16_pair(round_scaled(v[1], inv), round_scaled(v[3], inv)),
+                      i16_pair(round_scaled(v[4], inv), round_scaled(v[6], inv)),
+                      i16_pair(round_scaled(v[5], inv), round_scaled(v[7], inv)));
+  }
+  return amax / kI16Max;
+}
+
+// Values i .. i + 3 of a staged input: as f32 at staged_at, or (kI16, 4-bit chunks only) the int16 form.
+template <int E, Act A>
+__device__ __forceinline__ void store_staged(float* s, int64_t i, float4 v) {
+  if constexpr (A == Act::kI16) {
+    static_assert(E == 32, "int16 activations pair with 4-bit weights");
+    stage_i16_quad(reinterpret_cast<uint8_t*>(s), i, v);
+  } else {
+    *reinterpret_cast<float4*>(s + staged_at<E>(i)) = v;
+  }
+}
+
 // Each stage_* is run by threads [tid, nthreads) of the caller's choice (a block or a warp), n a
 // multiple of 4; the caller synchronises those threads before reading `s`. Each reads a batch of its
 // inputs into registers before storing any: a store to `s` between two loads would order them (the
 // compiler cannot rule out aliasing), making each batch element a round trip to L2 of its own. (A
 // kernel short of registers passes a smaller batch.)
-template <int E, int kBatch = 4, bool kL2 = false>
+//
+// A: the staged form (Act::kI16: n a multiple of 32 and nthreads of 8; kF32 and kQ8 stage f32).
+template <int E, int kBatch = 4, bool kL2 = false, Act A = Act::kF32>
 __device__ __forceinline__ void stage_plain(const float* x, int64_t n, float* s, int tid, int nthreads) {
   const int64_t stride = 4 * static_cast<int64_t>(nthreads);
   for (int64_t i0 = 4 * tid; i0 < n; i0 += kBatch * stride) {
@@ -106,14 +185,14 @@ __device__ __forceinline__ void stage_plain(const float* x, int64_t n, float* s,
       if (i0 + b * stride < n) v[b] = load_input4<kL2>(x + i0 + b * stride);
 #pragma unroll
     for (int b = 0; b < kBatch; ++b)
-      if (i0 + b * stride < n) *reinterpret_cast<float4*>(s + staged_at<E>(i0 + b * stride)) = v[b];
+      if (i0 + b * stride < n) store_staged<E, A>(s, i0 + b * stride, v[b]);
   }
 }
 
 // The whole block; returns the RMSNorm factor (to every thread). scratch: 32 floats of shared memory.
 // kBatch 2: the 2048 inputs of the real model in one batch at 256 threads. kL2 as load_input4's (x
 // only: the norm's weights are constants).
-template <int E, int kBatch = 2, bool kL2 = false>
+template <int E, int kBatch = 2, bool kL2 = false, Act A = Act::kF32>
 __device__ __forceinline__ float stage_norm(const float* x, const float* w, float eps, int64_t n, float* s,
                                             float* scratch) {
   const int64_t stride = 4 * static_cast<int64_t>(blockDim.x);
@@ -129,8 +208,8 @@ __device__ __forceinline__ float stage_norm(const float* x, const float* w, floa
     for (int b = 0; b < kBatch; ++b) {
       if (i0 + b * stride >= n) continue;
       sumsq += v[b].x * v[b].x + v[b].y * v[b].y + v[b].z * v[b].z + v[b].w * v[b].w;
-      *reinterpret_cast<float4*>(s + staged_at<E>(i0 + b * stride)) =
-          make_float4(v[b].x * g[b].x, v[b].y * g[b].y, v[b].z * g[b].z, v[b].w * g[b].w);
+      store_staged<E, A>(s, i0 + b * stride,
+                         make_float4(v[b].x * g[b].x, v[b].y * g[b].y, v[b].z * g[b].z, v[b].w * g[b].w));
     }
   }
   return rsqrtf(block_sum(sumsq, scratch) / static_cast<float>(n) + eps);
@@ -139,8 +218,9 @@ __device__ __forceinline__ float stage_norm(const float* x, const float* w, floa
 // The whole block, a warp per head of D values (gemv_gated_norm_fits), lane l holding values 4l..4l+3
 // of each, four heads a round of 16-byte loads: the model's 32 heads of 128 in one round at 8 warps.
 // (Scalar loads two heads a round took two rounds of L2 reads queued behind the weights in flight,
-// ~4.3 µs of the DeltaNet output projection's 8.7: docs/gpu-notes.md, session 22.)
-template <int E>
+// ~4.3 µs of the DeltaNet output projection's 8.7: docs/gpu-notes.md, session 22.) Act::kI16: D a
+// multiple of 32, so each chunk lies in one head.
+template <int E, Act A = Act::kF32>
 __device__ __forceinline__ void stage_gated_norm(const float* x, const float* z, const float* w, float eps,
                                                  int D, int64_t n, float* s) {
   constexpr int kBatch = 4;
@@ -166,9 +246,9 @@ __device__ __forceinline__ void stage_gated_norm(const float* x, const float* z,
       const float ss = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
       const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
       if (mine)
-        *reinterpret_cast<float4*>(s + staged_at<E>(h + at)) =
-            make_float4(g.x * (v.x * inv) * siluf_(u.x), g.y * (v.y * inv) * siluf_(u.y),
-                        g.z * (v.z * inv) * siluf_(u.z), g.w * (v.w * inv) * siluf_(u.w));
+        store_staged<E, A>(s, h + at,
+                           make_float4(g.x * (v.x * inv) * siluf_(u.x), g.y * (v.y * inv) * siluf_(u.y),
+                                       g.z * (v.z * inv) * siluf_(u.z), g.w * (v.w * inv) * siluf_(u.w)));
     }
   }
 }
@@ -258,20 +338,41 @@ __device__ __forceinline__ float chunk_code_dot(const uint4& w, const float (&x)
   }
 }
 
+// Σ_i code_i·xq_i over one chunk of 4-bit codes against its int16 form (quantize_chunk_i16's words):
+// sixteen dp2a, exact in int32 (below 2^24, so its conversion to f32 is exact too).
+__device__ __forceinline__ int chunk_code_dot_i16(const uint4& w, const uint4 (&xq)[4]) {
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+  int lo_dot = 0, hi_dot = 0;  // two chains: the low and the high nibbles
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int lo = static_cast<int>(words[k] & 0x0f0f0f0fu),
+              hi = static_cast<int>((words[k] >> 4) & 0x0f0f0f0fu);
+    lo_dot = __dp2a_lo(static_cast<int>(xq[k].x), lo, lo_dot);
+    hi_dot = __dp2a_lo(static_cast<int>(xq[k].y), hi, hi_dot);
+    lo_dot = __dp2a_hi(static_cast<int>(xq[k].z), lo, lo_dot);
+    hi_dot = __dp2a_hi(static_cast<int>(xq[k].w), hi, hi_dot);
+  }
+  return lo_dot + hi_dot;
+}
+
 // acc[r] = row r · input (staged in shared memory at `xin`) over `chunks` chunks, complete in every lane of
 // the group (lane_g: index within the group of `sub` lanes, a power of two). Every lane of the block must
 // call this with the same chunks and sub. `stage` runs once, right after the first weights were
 // requested, when `first`: it waits for the previous kernel, stages the input and synchronises.
 //
-// kQ8 (4-bit weights only): the input `xin` is stage_q8's int8 form, and each chunk's integer dot
-// runs as eight dp4a on the nibbles (low nibbles with the even q, high with the odd):
-//   Σ (q_i·s + b)·x_i ≈ s·d·Σ q_i·xq_i + b·Σ x_i.
-template <WeightFormat F, int R, int U, bool kQ8 = false, class Stage>
+// A, the input's staged form (Act::kQ8 and kI16: 4-bit weights only):
+//   kQ8   `xin` is stage_q8's int8 form, and each chunk's integer dot runs as eight dp4a on the
+//         nibbles (low nibbles with the even q, high with the odd);
+//   kI16  `xin` is the int16 form (stage_i16_quad), sixteen dp2a a chunk;
+// either way Σ (q_i·s + b)·x_i ≈ s·d·Σ q_i·xq_i + b·Σ x_i. (The f32 dot spends a byte permute and an
+// FMA a weight, both on pipes of half or full rate; a dp2a does two weights.)
+template <WeightFormat F, int R, int U, Act A = Act::kF32, class Stage>
 __device__ __forceinline__ void dot_rows(const WeightRow (&rows)[R], int64_t chunks, int group_size, int sub,
                                          int lane_g, const void* xin, bool first, Stage&& stage,
                                          float (&acc)[R]) {
   constexpr int E = ChunkTraits<F>::kElems;
-  static_assert(!kQ8 || F == WeightFormat::kAffine4, "int8 activations pair with 4-bit weights");
+  static_assert(A == Act::kF32 || F == WeightFormat::kAffine4,
+                "int8/int16 activations pair with 4-bit weights");
   const float* xs = static_cast<const float*>(xin);
   constexpr bool kAffine = F != WeightFormat::kBF16;
 #pragma unroll
@@ -304,7 +405,20 @@ __device__ __forceinline__ void dot_rows(const WeightRow (&rows)[R], int64_t chu
     for (int u = 0; u < U; ++u) {
       const int c = it * step + u * sub + lane_g;
       if (c >= n_chunks) continue;
-      if constexpr (kQ8) {
+      if constexpr (A == Act::kI16) {
+        const uint4* chunk =
+            reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(xin) + c * kI16ChunkBytes);
+        const uint4 xw[4] = {chunk[0], chunk[1], chunk[2], chunk[3]};
+        const float2 dsum = *reinterpret_cast<const float2*>(chunk + 4);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (!rows[r].data) continue;
+          const float dot = dsum.x * static_cast<float>(chunk_code_dot_i16(w[u][r], xw));
+          acc[r] += bf16_to_f32(sc[u][r]) * dot + bf16_to_f32(bi[u][r]) * dsum.y;
+        }
+        continue;
+      }
+      if constexpr (A == Act::kQ8) {
         const uint8_t* chunk = static_cast<const uint8_t*>(xin) + c * kQ8ChunkBytes;
         const uint4 xe = *reinterpret_cast<const uint4*>(chunk),
                     xo = *reinterpret_cast<const uint4*>(chunk + 16);

@@ -43,12 +43,13 @@ struct GemvLaunch {
 
 // kRows: rows per lane group and step; W: warps a block (kWarps, or kGatedWarps), at the same warps an
 // SM whatever W (the same 128 registers a thread).
-template <WeightFormat F, Transform T, bool kQ8, int kRows, int W = kWarps>
+template <WeightFormat F, Transform T, Act A, int kRows, int W = kWarps>
 __global__ void __launch_bounds__(W * 32, kMinBlocks* kWarps / W) gemv_kernel(const GemvLaunch L) {
   constexpr int E = ChunkTraits<F>::kElems;
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);
-  // int8 form after the f32 staging and its 32 floats of scratch (kQ8)
+  // int8 form after the f32 staging and its 32 floats of scratch (Act::kQ8; the int16 form replaces
+  // the f32 one at xs)
   uint8_t* xq = reinterpret_cast<uint8_t*>(xs + staged_floats<E>(L.a.max_cols) + 32);
   const GemvArgs& a = L.a;
   if (!a.trigger_after_wait) let_next_kernel_start();
@@ -77,14 +78,14 @@ __global__ void __launch_bounds__(W * 32, kMinBlocks* kWarps / W) gemv_kernel(co
     wait();  // x comes from an earlier kernel
     if constexpr (T == Transform::kNorm)
       // With four rows per group a batch of two spilled (80 bytes at 128 registers): one at a time.
-      factor = stage_norm < E,
-      kRows == 4 ? 1 : 2 > (x, a.norm_weight, a.eps, m.cols, xs, xs + staged_floats<E>(a.max_cols));
+      factor = stage_norm < E, kRows == 4 ? 1 : 2, false,
+      A > (x, a.norm_weight, a.eps, m.cols, xs, xs + staged_floats<E>(a.max_cols));
     else if constexpr (T == Transform::kGatedNorm)
-      stage_gated_norm<E>(x, a.gate_z + p * a.x_stride, a.norm_weight, a.eps, a.head_dim, m.cols, xs);
+      stage_gated_norm<E, A>(x, a.gate_z + p * a.x_stride, a.norm_weight, a.eps, a.head_dim, m.cols, xs);
     else
-      stage_plain<E, kRows == 4 ? 1 : 4>(x, m.cols, xs, threadIdx.x, blockDim.x);
+      stage_plain<E, kRows == 4 ? 1 : 4, false, A>(x, m.cols, xs, threadIdx.x, blockDim.x);
     __syncthreads();
-    if constexpr (kQ8) {
+    if constexpr (A == Act::kQ8) {
       stage_q8(xs, m.cols, xq, threadIdx.x, blockDim.x);
       __syncthreads();
     }
@@ -100,8 +101,8 @@ __global__ void __launch_bounds__(W * 32, kMinBlocks* kWarps / W) gemv_kernel(co
     WeightRow rows[kRows];
     weight_rows<kRows>(m, groups, row0, rows);
     float acc[kRows];
-    dot_rows<F, kRows, kUnroll, kQ8>(rows, m.cols / E, m.group_size, L.sub, lane_g,
-                                     kQ8 ? static_cast<const void*>(xq) : xs, s == 0, stage, acc);
+    dot_rows<F, kRows, kUnroll, A>(rows, m.cols / E, m.group_size, L.sub, lane_g,
+                                   A == Act::kQ8 ? static_cast<const void*>(xq) : xs, s == 0, stage, acc);
     if (lane_g != 0) continue;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -134,7 +135,7 @@ int rows_per_group(const GemvArgs& a, int sub) {
   return best;
 }
 
-template <WeightFormat F, Transform T, bool kQ8, int kRows, int W = kWarps>
+template <WeightFormat F, Transform T, Act A, int kRows, int W = kWarps>
 void launch_gemv(const GemvArgs& a, int sub, cudaStream_t stream) {
   constexpr int E = ChunkTraits<F>::kElems;
   GemvLaunch L;
@@ -162,38 +163,42 @@ void launch_gemv(const GemvArgs& a, int sub, cudaStream_t stream) {
                 static_cast<unsigned>(a.problems));
   }
   const size_t smem = sizeof(float) * static_cast<size_t>(staged_floats<E>(a.max_cols) + 32) +
-                      (kQ8 ? static_cast<size_t>(q8_staged_bytes(a.max_cols)) : 0);
+                      (A == Act::kQ8 ? static_cast<size_t>(q8_staged_bytes(a.max_cols)) : 0);
   if (smem > 48 * 1024) {  // inputs past 10K columns; never during the decode graph's capture
     static bool configured = false;
     if (!configured)
-      check(cudaFuncSetAttribute(gemv_kernel<F, T, kQ8, kRows, W>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024),
+      check(cudaFuncSetAttribute(gemv_kernel<F, T, A, kRows, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 160 * 1024),
             "gemv: shared memory limit");
     configured = true;
   }
-  launch_kernel(gemv_kernel<F, T, kQ8, kRows, W>, grid, dim3(W * 32), smem, stream, a.overlap, "gemv", L);
+  launch_kernel(gemv_kernel<F, T, A, kRows, W>, grid, dim3(W * 32), smem, stream, a.overlap, "gemv", L);
 }
 
-template <WeightFormat F, Transform T, bool kQ8>
+template <WeightFormat F, Transform T, Act A>
 void launch_rows(const GemvArgs& a, cudaStream_t stream) {
   const int sub = gemv_group_lanes(a.max_cols / ChunkTraits<F>::kElems);
   switch (rows_per_group(a, sub)) {
     case 4:
-      return launch_gemv<F, T, kQ8, 4>(a, sub, stream);
+      return launch_gemv<F, T, A, 4>(a, sub, stream);
     case 2:
-      return launch_gemv<F, T, kQ8, 2>(a, sub, stream);
+      return launch_gemv<F, T, A, 2>(a, sub, stream);
     default:
-      if constexpr (T == Transform::kGatedNorm) return launch_gemv<F, T, kQ8, 1, kGatedWarps>(a, sub, stream);
-      return launch_gemv<F, T, kQ8, 1>(a, sub, stream);
+      if constexpr (T == Transform::kGatedNorm) return launch_gemv<F, T, A, 1, kGatedWarps>(a, sub, stream);
+      return launch_gemv<F, T, A, 1>(a, sub, stream);
   }
 }
 
-// int8 activations only with 4-bit weights (gemv_q8_fits, checked by the caller).
+// int8 activations only with 4-bit weights (gemv_q8_fits, checked by the caller); int16 with 4-bit
+// weights and, for the gated norm, heads of a multiple of 32 values (a chunk in one head).
 template <WeightFormat F, Transform T>
 void launch(const GemvArgs& a, cudaStream_t stream) {
-  if constexpr (F == WeightFormat::kAffine4)
-    if (a.q8) return launch_rows<F, T, true>(a, stream);
-  launch_rows<F, T, false>(a, stream);
+  if constexpr (F == WeightFormat::kAffine4) {
+    if (a.q8) return launch_rows<F, T, Act::kQ8>(a, stream);
+    if (a.i16 && (T != Transform::kGatedNorm || a.head_dim % 32 == 0))
+      return launch_rows<F, T, Act::kI16>(a, stream);
+  }
+  launch_rows<F, T, Act::kF32>(a, stream);
 }
 
 template <WeightFormat F>

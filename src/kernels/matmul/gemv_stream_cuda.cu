@@ -9,7 +9,8 @@
 // requested kStages tiles ahead, and the warp that finishes a tile last asks for the tile that
 // replaces it. Each lane keeps its chunks of the (normed) input in registers for the whole matrix:
 // warp w computes rows 2w, 2w + 1 of each tile, lane l chunks l, l + 32, ... of each row, the order
-// and the sums of dot_rows (gemv_core.cuh) with a whole warp per row.
+// and the sums of dot_rows (gemv_core.cuh) with a whole warp per row. kI16 (GemvArgs::i16): each lane's
+// chunks held in the int16 form instead (quantize_chunk_i16), dp2a dots.
 //
 // Test: tests/cuda/cuda_kernels_test.cpp (Gemv.StreamMatchesCpu) against matmul_rows_reference.
 #include <algorithm>
@@ -38,7 +39,7 @@ struct TileLayout {
 };
 
 // CPL: chunks a lane of each row (cols = 32 · CPL · 32).
-template <int CPL, bool kNorm>
+template <int CPL, bool kNorm, bool kI16>
 __global__ void __launch_bounds__(kWarps * 32, 1) gemv_stream_kernel(const GemvArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t full[kStages];
@@ -87,6 +88,12 @@ __global__ void __launch_bounds__(kWarps * 32, 1) gemv_stream_kernel(const GemvA
     }
   }
   const float factor = kNorm ? rsqrtf(warp_sum(sumsq) / static_cast<float>(m.cols) + a.eps) : 1.0f;
+  uint4 xq[CPL][4];  // kI16: the chunks' int16 form, xd its scales (xv is dead after this)
+  float xd[CPL];
+  if constexpr (kI16) {
+#pragma unroll
+    for (int u = 0; u < CPL; ++u) xd[u] = quantize_chunk_i16(xv[u], xq[u]);
+  }
   __syncthreads();  // the barriers' initialisation, before any wait on them
   const ChunkGroup group(m.group_size, kE);
 
@@ -106,7 +113,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) gemv_stream_kernel(const GemvA
         const int c = u * 32 + lane;
         const uint4 w = *reinterpret_cast<const uint4*>(stage + row * m.row_bytes + c * 16);
         const int g = row * static_cast<int>(groups) + group.of(c);
-        acc[r] += bf16_to_f32(sc[g]) * chunk_code_dot<kF>(w, xv[u], xsum[u]) + bf16_to_f32(bi[g]) * xsum[u];
+        const float dot = kI16 ? xd[u] * static_cast<float>(chunk_code_dot_i16(w, xq[u]))
+                               : chunk_code_dot<kF>(w, xv[u], xsum[u]);
+        acc[r] += bf16_to_f32(sc[g]) * dot + bf16_to_f32(bi[g]) * xsum[u];
       }
     }
     __syncwarp();
@@ -122,18 +131,18 @@ __global__ void __launch_bounds__(kWarps * 32, 1) gemv_stream_kernel(const GemvA
   }
 }
 
-template <int CPL, bool kNorm>
+template <int CPL, bool kNorm, bool kI16>
 void launch(const GemvArgs& a, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(kStages * TileLayout(a.single).stage_bytes);
   static bool configured = false;
   if (!configured) {  // the most gemv_stream_fits lets through
-    check(cudaFuncSetAttribute(gemv_stream_kernel<CPL, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               kMaxSmem),
+    check(cudaFuncSetAttribute(gemv_stream_kernel<CPL, kNorm, kI16>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem),
           "gemv_stream: shared memory limit");
     configured = true;
   }
   const int64_t tiles = (a.single.rows + kTileRows - 1) / kTileRows;
-  launch_kernel(gemv_stream_kernel<CPL, kNorm>,
+  launch_kernel(gemv_stream_kernel<CPL, kNorm, kI16>,
                 dim3(static_cast<unsigned>(std::min<int64_t>(tiles, multiprocessor_count()))),
                 dim3(kWarps * 32), smem, stream, a.overlap, "gemv_stream", a);
 }
@@ -151,10 +160,11 @@ bool gemv_stream_fits(const GemvArgs& a) {
 
 void gemv_stream(const GemvArgs& a, cudaStream_t stream) {
   auto by_norm = [&](auto cpl) {
+    constexpr int C = decltype(cpl)::value;
     if (a.norm_weight)
-      launch<decltype(cpl)::value, true>(a, stream);
+      a.i16 ? launch<C, true, true>(a, stream) : launch<C, true, false>(a, stream);
     else
-      launch<decltype(cpl)::value, false>(a, stream);
+      a.i16 ? launch<C, false, true>(a, stream) : launch<C, false, false>(a, stream);
   };
   if (a.single.cols == 32 * kE)
     by_norm(std::integral_constant<int, 1>{});

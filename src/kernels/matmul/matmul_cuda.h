@@ -75,6 +75,9 @@ struct GemvArgs {
   // int8 activations (matmul_q8.h's scheme, dp4a dots); only with 4-bit weights in groups of a
   // multiple of 64 and inputs a multiple of 64 (gemv_q8_fits), which the caller checks.
   bool q8 = false;
+  // int16 activations (gemv_core.cuh's stage_i16_quad, dp2a dots) where the weights are 4-bit (and a
+  // gated norm's heads a multiple of 32 values); elsewhere, and with q8, it has no effect.
+  bool i16 = false;
   bool overlap = false;  // may start before the previous kernel ends (launch_kernel in cuda_launch.h)
   // With overlap: let the next kernel launch only once every block has waited for the kernel before
   // (not at its start), so the kernels launched after this one may read what that kernel wrote without

@@ -91,6 +91,7 @@ struct MoeDecodeArgs {
   // for the gate|up blocks; false: warp 0 of each block runs them after its routed slot.
   bool spread_shared = true;
   bool q8 = false;       // int8 activations into the experts (needs gemv_q8_fits of every expert matrix)
+  bool i16 = false;      // int16 activations into 4-bit experts (GemvArgs::i16); q8 wins
   bool overlap = false;  // launch_kernel's programmatic dependent launch
 };
 constexpr int64_t moe_sync_words(int64_t k) {

@@ -42,6 +42,13 @@ constexpr int kDownSteps = 2;  // row steps per down block, sharing the staged a
 // warps at 181 registers failed to launch although the block total fit.)
 constexpr int kMaxDownWarps = 10;
 
+// The down projections' input under each activation form: int16 stays f32 there. A warp stages each
+// act row itself, after the wait for every gate|up block, and the int16 form's per-chunk maximum put
+// shuffles into each of its rounds, for products of one chunk a lane (the one-pass kernel took 15.5 µs
+// a layer against 13.8 with int16 down rows: docs/gpu-notes.md, session 29).
+template <Act A>
+constexpr Act kDownAct = A == Act::kI16 ? Act::kF32 : A;
+
 // Shared memory per warp of the down kernel: the staged f32 input, then (q8) its int8 form.
 template <int E>
 constexpr int64_t down_warp_floats(int64_t I, bool q8) {
@@ -58,15 +65,17 @@ template <WeightFormat F>
 __device__ __forceinline__ uint8_t* gate_up_q8(const MoeDecodeArgs& a, float* xs) {
   return reinterpret_cast<uint8_t*>(xs + staged_floats<elems<F>()>(a.H) + 32);
 }
-// A gate|up block's input: RMSNorm(x) staged at xs and (kQ8) its int8 form; returns the norm's factor.
+// A gate|up block's input: RMSNorm(x) staged at xs in A's form (Act::kQ8: f32, then its int8 form after);
+// returns the norm's factor.
 // kL2: x read past L1 (stage_norm).
-template <WeightFormat F, bool kQ8, bool kL2 = false>
+template <WeightFormat F, Act A, bool kL2 = false>
 __device__ __forceinline__ float stage_gate_up_input(const MoeDecodeArgs& a, float* xs) {
   constexpr int E = elems<F>();
   // One float4 at a time: a batch of two spilled (64 bytes at 128 registers).
-  const float factor = stage_norm<E, 1, kL2>(a.x, a.norm_weight, a.eps, a.H, xs, xs + staged_floats<E>(a.H));
+  const float factor =
+      stage_norm<E, 1, kL2, A>(a.x, a.norm_weight, a.eps, a.H, xs, xs + staged_floats<E>(a.H));
   __syncthreads();
-  if constexpr (kQ8) {
+  if constexpr (A == Act::kQ8) {
     stage_q8(xs, a.H, gate_up_q8<F>(a, xs), threadIdx.x, blockDim.x);
     __syncthreads();
   }
@@ -76,7 +85,7 @@ __device__ __forceinline__ float stage_gate_up_input(const MoeDecodeArgs& a, flo
 // Block `block` of expert slot p's gate|up (p = k: the shared expert; `entry` its first matrix in
 // a.experts): SwiGLU of its rows into act. `first` and `stage` as dot_rows's; `factor` (set by `stage`
 // when first) scales the finished dots.
-template <WeightFormat F, bool kQ8, class Stage>
+template <WeightFormat F, Act A, class Stage>
 __device__ __forceinline__ void gate_up_rows(const MoeDecodeArgs& a, int sub, int p, int entry, int64_t block,
                                              float* xs, bool first, Stage&& stage, const float& factor) {
   constexpr int E = elems<F>();
@@ -94,9 +103,9 @@ __device__ __forceinline__ void gate_up_rows(const MoeDecodeArgs& a, int sub, in
   for (int r = 0; r < kPairs; ++r)
     rows[r] = weight_row(gate, gate_groups, row0 + r), rows[kPairs + r] = weight_row(up, up_groups, row0 + r);
   float acc[kRows];
-  dot_rows<F, kRows, kUnroll, kQ8>(rows, gate.cols / E, gate.group_size, sub, lane_g,
-                                   kQ8 ? static_cast<const void*>(gate_up_q8<F>(a, xs)) : xs, first, stage,
-                                   acc);
+  dot_rows<F, kRows, kUnroll, A>(rows, gate.cols / E, gate.group_size, sub, lane_g,
+                                 A == Act::kQ8 ? static_cast<const void*>(gate_up_q8<F>(a, xs)) : xs, first,
+                                 stage, acc);
   if (lane_g != 0) return;
   float* act = a.act + p * a.I;
 #pragma unroll
@@ -107,17 +116,17 @@ __device__ __forceinline__ void gate_up_rows(const MoeDecodeArgs& a, int sub, in
 // The same as a block of its own launch: `routed`, the expert comes from the router's ids, which the
 // previous kernel writes; otherwise it is the shared expert, in the router's launch, which lets the next
 // kernel start once it has waited when `trigger_after_wait` (MoeDecodeArgs::sync).
-template <WeightFormat F, bool kQ8>
+template <WeightFormat F, Act A>
 __device__ __forceinline__ void gate_up_block(const MoeDecodeArgs& a, int sub, int p, int64_t block,
                                               bool routed, bool trigger_after_wait, float* xs) {
   if (routed) wait_for_previous_kernel();
   float factor = 1.0f;
-  gate_up_rows<F, kQ8>(
+  gate_up_rows<F, A>(
       a, sub, p, 3 * (p < a.k ? a.ids[p] : a.E), block, xs, true,
       [&] {
         if (!routed) wait_for_previous_kernel();  // x comes from the previous kernel
         if (trigger_after_wait) let_next_kernel_start();
-        factor = stage_gate_up_input<F, kQ8>(a, xs);
+        factor = stage_gate_up_input<F, A>(a, xs);
       },
       factor);
 }
@@ -135,7 +144,7 @@ __device__ __forceinline__ int32_t wait_for_route(const unsigned long long* word
 
 // Blocks [0, router_blocks): router rows; block router_blocks: the shared gate row; the rest: the
 // shared expert's gate|up (RF: the router's format, F: the experts').
-template <WeightFormat RF, WeightFormat F, bool kQ8>
+template <WeightFormat RF, WeightFormat F, Act A>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     router_kernel(const MoeDecodeArgs a, int sub, int router_blocks, int sub_experts) {
   constexpr int E = elems<RF>();
@@ -146,8 +155,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const bool trigger_after_wait = a.sync != nullptr;
   if (!trigger_after_wait) let_next_kernel_start();
   if (static_cast<int>(blockIdx.x) > router_blocks)
-    return gate_up_block<F, kQ8>(a, sub_experts, a.k, blockIdx.x - router_blocks - 1, false,
-                                 trigger_after_wait, xs);
+    return gate_up_block<F, A>(a, sub_experts, a.k, blockIdx.x - router_blocks - 1, false, trigger_after_wait,
+                               xs);
   const bool shared_gate = static_cast<int>(blockIdx.x) == router_blocks;
   const DeviceMatrix m = a.route_table[shared_gate ? 1 : 0];
   const LaneGroups lanes = lane_groups(sub);
@@ -193,20 +202,21 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   if (threadIdx.x == 0) *a.counter = 0;
 }
 
-template <WeightFormat F, bool kQ8>
+template <WeightFormat F, Act A>
 __global__ void __launch_bounds__(kWarps * 32, 2) gate_up_kernel(const MoeDecodeArgs a, int sub) {
   extern __shared__ float4 smem4[];
   let_next_kernel_start();
-  gate_up_block<F, kQ8>(a, sub, static_cast<int>(blockIdx.y), blockIdx.x, true, false,
-                        reinterpret_cast<float*>(smem4));
+  gate_up_block<F, A>(a, sub, static_cast<int>(blockIdx.y), blockIdx.x, true, false,
+                      reinterpret_cast<float*>(smem4));
 }
 
 // Expert slot t's down rows row0 .. row0 + R - 1 (those of the calling lane group), weighted by
 // the slot's coefficient, into partial[0 .. R) (lane 0 of the group; a null partial: a lane group
 // without rows, which still takes part in the warp's staging). The warp's
-// staged input is at xs (f32, then (kQ8) its int8 form after it); `stage` as dot_rows's, run once when
-// `first`, fills it from act row t. U: chunks per lane in flight (each row's sum is the same for any U).
-template <WeightFormat F, bool kQ8, int U, int R = kRows, class Stage>
+// staged input is at xs in A's form (Act::kQ8: f32, then its int8 form after it); `stage` as dot_rows's, run
+// once when `first`, fills it from act row t. U: chunks per lane in flight (each row's sum is the same for
+// any U).
+template <WeightFormat F, Act A, int U, int R = kRows, class Stage>
 __device__ __forceinline__ void down_rows(const MoeDecodeArgs& a, int sub, int lane_g, int t, int64_t row0,
                                           float* xs, bool first, Stage&& stage, float* partial) {
   constexpr int E = elems<F>();
@@ -216,8 +226,8 @@ __device__ __forceinline__ void down_rows(const MoeDecodeArgs& a, int sub, int l
   weight_rows<R>(m, row_groups(m), row0, rows);
   const uint8_t* xq = reinterpret_cast<const uint8_t*>(xs + staged_floats<E>(a.I));
   float acc[R];
-  dot_rows<F, R, U, kQ8>(rows, m.cols / E, m.group_size, sub, lane_g, kQ8 ? static_cast<const void*>(xq) : xs,
-                         first, stage, acc);
+  dot_rows<F, R, U, A>(rows, m.cols / E, m.group_size, sub, lane_g,
+                       A == Act::kQ8 ? static_cast<const void*>(xq) : xs, first, stage, acc);
   const float coef = t < a.k ? __ldcg(a.weights + t) : sigmoidf_(__ldcg(a.logits + a.E));
   if (lane_g == 0 && partial) {
 #pragma unroll
@@ -225,13 +235,13 @@ __device__ __forceinline__ void down_rows(const MoeDecodeArgs& a, int sub, int l
   }
 }
 // Warp-wide: act row t into the warp's staging at xs (kL2: past L1, as stage_plain).
-template <WeightFormat F, bool kQ8, bool kL2 = false>
+template <WeightFormat F, Act A, bool kL2 = false>
 __device__ __forceinline__ void stage_down_input(const MoeDecodeArgs& a, int t, float* xs) {
   constexpr int E = elems<F>();
   const int lane = threadIdx.x & 31;
-  stage_plain<E, 1, kL2>(a.act + t * a.I, a.I, xs, lane, 32);  // one at a time: a batch of 2 spilled
+  stage_plain<E, 1, kL2, A>(a.act + t * a.I, a.I, xs, lane, 32);  // one at a time: a batch of 2 spilled
   __syncwarp();
-  if constexpr (kQ8) {
+  if constexpr (A == Act::kQ8) {
     stage_q8(xs, a.I, reinterpret_cast<uint8_t*>(xs + staged_floats<E>(a.I)), lane, 32);
     __syncwarp();
   }
@@ -248,7 +258,7 @@ __device__ __forceinline__ void add_partials(const MoeDecodeArgs& a, const float
   }
 }
 
-template <WeightFormat F, bool kQ8>
+template <WeightFormat F, Act A>
 __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecodeArgs a, int sub) {
   constexpr int E = elems<F>();
   extern __shared__ float4 smem4[];
@@ -259,15 +269,15 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
             lane_g = lanes.index(lane);
   const int64_t rows_per_step = int64_t{lanes.per_warp()} * kRows,
                 rows_per_block = rows_per_step * kDownSteps;
-  // Per warp: its expert's staged input, then (kQ8) the int8 form; after all warps', the partial sums.
-  float* xs = reinterpret_cast<float*>(smem4) + j * down_warp_floats<E>(a.I, kQ8);
+  // Per warp: its expert's staged input (Act::kQ8: then the int8 form); after all warps', the partial sums.
+  float* xs = reinterpret_cast<float*>(smem4) + j * down_warp_floats<E>(a.I, A == Act::kQ8);
   float* partial =
-      reinterpret_cast<float*>(smem4) + (a.k + 1) * down_warp_floats<E>(a.I, kQ8);  // [k + 1][rows]
+      reinterpret_cast<float*>(smem4) + (a.k + 1) * down_warp_floats<E>(a.I, A == Act::kQ8);  // [k + 1][rows]
   for (int s = 0; s < kDownSteps; ++s) {
     const int64_t row_in_block = s * rows_per_step + int64_t{group} * kRows;
-    down_rows<F, kQ8, kUnroll>(
+    down_rows<F, kDownAct<A>, kUnroll>(
         a, sub, lane_g, j, blockIdx.x * rows_per_block + row_in_block, xs, s == 0,
-        [&] { stage_down_input<F, kQ8>(a, j, xs); }, partial + j * rows_per_block + row_in_block);
+        [&] { stage_down_input<F, kDownAct<A>>(a, j, xs); }, partial + j * rows_per_block + row_in_block);
   }
   __syncthreads();
   add_partials(a, partial, blockIdx.x * rows_per_block, rows_per_block);
@@ -288,7 +298,7 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
 //      first weights are requested before the warp waits for every gate|up block (sync[0]).
 // Every block of the grid must be resident at once (one_pass checks it): a block of step 3 waits
 // for all of step 2. Each row's sums are down_kernel's, in the same order.
-template <WeightFormat F, bool kQ8>
+template <WeightFormat F, Act A>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     one_pass_kernel(const MoeDecodeArgs a, int sub_in, int sub_down) {
   constexpr int E = elems<F>();
@@ -298,7 +308,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   __shared__ int32_t expert;           // the expert of this block's slot
   let_next_kernel_start();
   const unsigned long long blocks = static_cast<unsigned long long>(gridDim.x) * gridDim.y;
-  const float factor = stage_gate_up_input<F, kQ8, true>(a, smem);
+  const float factor = stage_gate_up_input<F, A, true>(a, smem);
   if (threadIdx.x == 0) {
     // The last launch with these counters has ended (the router's launch let this one start only after
     // its own wait), and this launch's blocks have added fewer than `blocks`: this one has not.
@@ -307,7 +317,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   }
   __syncthreads();  // (the routing is visible past the acquire: ids and weights are read from L2 below)
   const int p = static_cast<int>(blockIdx.y);
-  gate_up_rows<F, kQ8>(
+  gate_up_rows<F, A>(
       a, sub_in, p, 3 * expert, blockIdx.x, smem, false, [] {}, factor);
   __syncthreads();  // every row of the block written, and its staging read
   if (threadIdx.x == 0) add_release(a.sync, 1);
@@ -316,8 +326,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lanes.group(lane),
             lane_g = lanes.index(lane);
   const int64_t rows = int64_t{lanes.per_warp()} * kRows;  // per row block
-  float* xs = smem + warp * down_warp_floats<E>(a.I, kQ8);
-  float* partial = smem + kWarps * down_warp_floats<E>(a.I, kQ8);  // [k + 1][rows]
+  float* xs = smem + warp * down_warp_floats<E>(a.I, A == Act::kQ8);
+  float* partial = smem + kWarps * down_warp_floats<E>(a.I, A == Act::kQ8);  // [k + 1][rows]
   bool waited = false;
   // The shared expert's rows of row block rb, one a lane group (row warp + kWarps · group covers the
   // block's rows: kRows <= kWarps). Warp 0 running them as a second slot after its routed one was
@@ -326,12 +336,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   auto shared_rows = [&](int64_t rb) {
     if (warp >= rows) return;  // uniform over the warp: no group of it has a row
     const int64_t j = warp + int64_t{kWarps} * group;
-    down_rows<F, kQ8, 1, 1>(
+    down_rows<F, kDownAct<A>, 1, 1>(
         a, sub_down, lane_g, a.k, j < rows ? rb * rows + j : -1, xs, true,
         [&] {
           wait_for_previous_kernel();  // the router's launch
           __syncwarp();                // the warp's last slot is done with xs
-          stage_down_input<F, kQ8, true>(a, a.k, xs);
+          stage_down_input<F, kDownAct<A>, true>(a, a.k, xs);
         },
         j < rows ? partial + a.k * rows + j : nullptr);
   };
@@ -341,7 +351,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     for (int t = warp; t <= (a.spread_shared ? a.k - 1 : a.k); t += kWarps) {
       // One chunk a lane in flight: the real shape's 16 chunks a row are one per lane of its 16, and
       // a second slot's registers spilled at the launch's 128.
-      down_rows<F, kQ8, 1>(
+      down_rows<F, kDownAct<A>, 1>(
           a, sub_down, lane_g, t, rb * rows + int64_t{group} * kRows, xs, true,
           [&] {
             if (!waited) {
@@ -350,7 +360,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
               waited = true;
             }
             __syncwarp();  // also: the warp's last slot is done with xs
-            stage_down_input<F, kQ8, true>(a, t, xs);
+            stage_down_input<F, kDownAct<A>, true>(a, t, xs);
           },
           partial + t * rows + int64_t{group} * kRows);
     }
@@ -364,40 +374,41 @@ int elems_of(WeightFormat f) {
   return f == WeightFormat::kAffine4 ? 32 : f == WeightFormat::kAffine8 ? 16 : 8;
 }
 
-// Shared memory of a gate|up block: the staged input, 32 floats of scratch, (kQ8) its int8 form.
-template <WeightFormat F, bool kQ8>
+// Shared memory of a gate|up block: the staged input, 32 floats of scratch, (Act::kQ8) its int8 form.
+template <WeightFormat F, Act A>
 size_t gate_up_smem(int64_t H) {
   return sizeof(float) * static_cast<size_t>(staged_floats<elems<F>()>(H) + 32) +
-         (kQ8 ? static_cast<size_t>(q8_staged_bytes(H)) : 0);
+         (A == Act::kQ8 ? static_cast<size_t>(q8_staged_bytes(H)) : 0);
 }
 template <WeightFormat F>
 unsigned gate_up_blocks(const MoeDecodeArgs& a, int sub) {
   return blocks_for(a.I, kWarps * (32 / sub) * (kRows / 2));
 }
 
-template <WeightFormat RF, WeightFormat F, bool kQ8>
+template <WeightFormat RF, WeightFormat F, Act A>
 void launch_router(const MoeDecodeArgs& a, cudaStream_t stream) {
   constexpr int E = elems<RF>();
   const int sub = gemv_group_lanes(a.H / E), sub_experts = gemv_group_lanes(a.H / elems<F>());
   const int rows_per_block = kWarps * (32 / sub) * kRouterRows;
   const int router_blocks = static_cast<int>(blocks_for(a.E, rows_per_block));
   const size_t smem = std::max({sizeof(float) * static_cast<size_t>(staged_floats<E>(a.H) + 32),
-                                sizeof(float) * static_cast<size_t>(a.E), gate_up_smem<F, kQ8>(a.H)});
-  launch_kernel(router_kernel<RF, F, kQ8>, dim3(router_blocks + 1 + gate_up_blocks<F>(a, sub_experts)),
+                                sizeof(float) * static_cast<size_t>(a.E), gate_up_smem<F, A>(a.H)});
+  launch_kernel(router_kernel<RF, F, A>, dim3(router_blocks + 1 + gate_up_blocks<F>(a, sub_experts)),
                 dim3(kWarps * 32), smem, stream, a.overlap, "moe router", a, sub, router_blocks, sub_experts);
 }
 
-template <WeightFormat F, bool kQ8>
+template <WeightFormat F, Act A>
 void launch_experts(const MoeDecodeArgs& a, cudaStream_t stream) {
   constexpr int E = elems<F>();
   const int sub_in = gemv_group_lanes(a.H / E);
-  launch_kernel(gate_up_kernel<F, kQ8>, dim3(gate_up_blocks<F>(a, sub_in), static_cast<unsigned>(a.k)),
-                dim3(kWarps * 32), gate_up_smem<F, kQ8>(a.H), stream, a.overlap, "moe gate_up", a, sub_in);
+  launch_kernel(gate_up_kernel<F, A>, dim3(gate_up_blocks<F>(a, sub_in), static_cast<unsigned>(a.k)),
+                dim3(kWarps * 32), gate_up_smem<F, A>(a.H), stream, a.overlap, "moe gate_up", a, sub_in);
   const int sub_down = gemv_group_lanes(a.I / E);
   const int rows_per_block = (32 / sub_down) * kRows * kDownSteps;
   const size_t down_smem =
-      sizeof(float) * static_cast<size_t>((a.k + 1) * (down_warp_floats<E>(a.I, kQ8) + rows_per_block));
-  launch_kernel(down_kernel<F, kQ8>, dim3(blocks_for(a.H, rows_per_block)), dim3(32 * (a.k + 1)), down_smem,
+      sizeof(float) *
+      static_cast<size_t>((a.k + 1) * (down_warp_floats<E>(a.I, A == Act::kQ8) + rows_per_block));
+  launch_kernel(down_kernel<F, A>, dim3(blocks_for(a.H, rows_per_block)), dim3(32 * (a.k + 1)), down_smem,
                 stream, a.overlap, "moe down", a, sub_down);
 }
 
@@ -409,7 +420,7 @@ struct OnePass {
   dim3 grid;
   size_t smem = 0;
 };
-template <WeightFormat F, bool kQ8>
+template <WeightFormat F, Act A>
 OnePass one_pass(const MoeDecodeArgs& a) {
   constexpr int E = elems<F>();
   OnePass o;
@@ -417,28 +428,28 @@ OnePass one_pass(const MoeDecodeArgs& a) {
   o.sub_down = gemv_group_lanes(a.I / E);
   o.grid = dim3(gate_up_blocks<F>(a, o.sub_in), static_cast<unsigned>(a.k));
   const int64_t rows = (32 / o.sub_down) * kRows;
-  o.smem = std::max(
-      gate_up_smem<F, kQ8>(a.H),
-      sizeof(float) * static_cast<size_t>(kWarps * down_warp_floats<E>(a.I, kQ8) + (a.k + 1) * rows));
+  o.smem = std::max(gate_up_smem<F, A>(a.H),
+                    sizeof(float) * static_cast<size_t>(kWarps * down_warp_floats<E>(a.I, A == Act::kQ8) +
+                                                        (a.k + 1) * rows));
   if (o.smem > 48 * 1024) return o;
   int per_sm = 0;
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, one_pass_kernel<F, kQ8>, kWarps * 32, o.smem),
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, one_pass_kernel<F, A>, kWarps * 32, o.smem),
         "moe_decode: occupancy");
   o.fits = int64_t{per_sm} * multiprocessor_count() >= int64_t{o.grid.x} * o.grid.y;
   return o;
 }
 
-template <WeightFormat F, bool kQ8>
+template <WeightFormat F, Act A>
 void launch_all(MoeDecodeArgs a, cudaStream_t stream) {
-  const OnePass o = a.sync ? one_pass<F, kQ8>(a) : OnePass{};
+  const OnePass o = a.sync ? one_pass<F, A>(a) : OnePass{};
   if (!o.fits) a.sync = nullptr;  // the router then publishes no routing words
   with_device_format(a.route_format, "moe_decode: router weights must be affine 4/8-bit or bf16",
-                     [&](auto rf) { launch_router<rf.value, F, kQ8>(a, stream); });
+                     [&](auto rf) { launch_router<rf.value, F, A>(a, stream); });
   if (o.fits)
-    launch_kernel(one_pass_kernel<F, kQ8>, o.grid, dim3(kWarps * 32), o.smem, stream, a.overlap,
-                  "moe experts", a, o.sub_in, o.sub_down);
+    launch_kernel(one_pass_kernel<F, A>, o.grid, dim3(kWarps * 32), o.smem, stream, a.overlap, "moe experts",
+                  a, o.sub_in, o.sub_down);
   else
-    launch_experts<F, kQ8>(a, stream);
+    launch_experts<F, A>(a, stream);
 }
 
 }  // namespace
@@ -461,12 +472,13 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
     check(cudaErrorInvalidValue, "moe_decode: expert count");
   switch (a.expert_format) {
     case WeightFormat::kAffine4:
-      if (a.q8) return launch_all<WeightFormat::kAffine4, true>(a, stream);
-      return launch_all<WeightFormat::kAffine4, false>(a, stream);
+      if (a.q8) return launch_all<WeightFormat::kAffine4, Act::kQ8>(a, stream);
+      if (a.i16) return launch_all<WeightFormat::kAffine4, Act::kI16>(a, stream);
+      return launch_all<WeightFormat::kAffine4, Act::kF32>(a, stream);
     case WeightFormat::kAffine8:
-      return launch_all<WeightFormat::kAffine8, false>(a, stream);
+      return launch_all<WeightFormat::kAffine8, Act::kF32>(a, stream);
     default:
-      return launch_all<WeightFormat::kBF16, false>(a, stream);
+      return launch_all<WeightFormat::kBF16, Act::kF32>(a, stream);
   }
 }
 
