@@ -4,7 +4,8 @@
 // per head, so they spread over the multiprocessors (a block per token ran them 3 deep through one
 // SM). Prefill: blocks of kPrefillWarps heads (one-warp blocks held half the warps an SM can, and
 // moved 1.3 TB/s at 4K rows).
-// Each lane loads its head_dim/32 values at once; the head is then staged in shared memory so the
+// Each lane loads its head_dim/32 values at once (a kv head's v values with them, the norm's weights
+// and the rotary frequencies before the wait); the head is then staged in shared memory so the
 // rotation can pair dims (i, i + rotary_dim/2) whatever the head size. Angles are pos · inv_freq in
 // f32 and cosf/sinf, as the CPU's RopeTable computes them.
 #include "kernels/attention/attention_cuda.h"
@@ -26,29 +27,43 @@ __global__ void __launch_bounds__(32 * kPrefillWarps) prep_kernel(AttentionPrepA
   const int hd = a.head_dim, half = a.rotary_dim / 2;
   const bool is_q = head < a.n_heads;
   const int kvh = head - a.n_heads;
+  // The norm's weights and RoPE's frequencies are constants: requested before the wait, so after it a
+  // warp makes one round of loads (its head, and a kv head's v row), not two or three in a row.
+  const float* w = is_q ? a.q_norm : a.k_norm;
+  float g[kMaxHeadDim / 32], freq[kMaxHeadDim / 64];
+#pragma unroll
+  for (int i = 0; i < kMaxHeadDim / 32; ++i) g[i] = lane + 32 * i < hd ? w[lane + 32 * i] : 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMaxHeadDim / 64; ++j)
+    freq[j] = lane + 32 * j < half ? a.inv_freq[lane + 32 * j] : 0.0f;
   let_next_kernel_start();
   wait_for_previous_kernel();  // the projections (and the decode position) come from earlier kernels
   const int64_t pos = a.pos0 + t + (a.d_pos ? *a.d_pos : 0);
   const float* src =
       is_q ? a.qg + t * a.ld_qg + head * a.q_stride : a.k + t * a.ld_kv + static_cast<int64_t>(kvh) * hd;
-  const float* w = is_q ? a.q_norm : a.k_norm;
-  float v[kMaxHeadDim / 32];
+  const float* vsrc = a.v + t * a.ld_kv + static_cast<int64_t>(kvh) * hd;
+  float v[kMaxHeadDim / 32], vv[kMaxHeadDim / 32];
   float ss = 0.0f;
 #pragma unroll
   for (int i = 0; i < kMaxHeadDim / 32; ++i) {
     const int d = lane + 32 * i;
     v[i] = d < hd ? src[d] : 0.0f;
-    ss += v[i] * v[i];
+    vv[i] = !is_q && d < hd ? vsrc[d] : 0.0f;
   }
+#pragma unroll
+  for (int i = 0; i < kMaxHeadDim / 32; ++i) ss += v[i] * v[i];
   const float inv = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(hd) + a.eps);
 #pragma unroll
   for (int i = 0; i < kMaxHeadDim / 32; ++i) {
     const int d = lane + 32 * i;
-    if (d < hd) x[d] = v[i] * inv * w[d];
+    if (d < hd) x[d] = v[i] * inv * g[i];
   }
   __syncwarp();
-  for (int i = lane; i < half; i += 32) {
-    const float angle = static_cast<float>(pos) * a.inv_freq[i];
+#pragma unroll
+  for (int j = 0; j < kMaxHeadDim / 64; ++j) {
+    const int i = lane + 32 * j;
+    if (i >= half) break;
+    const float angle = static_cast<float>(pos) * freq[j];
     const float c = cosf(angle), s = sinf(angle);
     const float x1 = x[i], x2 = x[i + half];
     x[i] = x1 * c - x2 * s;
@@ -65,10 +80,12 @@ __global__ void __launch_bounds__(32 * kPrefillWarps) prep_kernel(AttentionPrepA
     }
   } else {
     const int64_t o = (static_cast<int64_t>(kvh) * a.capacity + pos) * hd;
-    const float* vsrc = a.v + t * a.ld_kv + static_cast<int64_t>(kvh) * hd;
-    for (int d = lane; d < hd; d += 32) {
+#pragma unroll
+    for (int i = 0; i < kMaxHeadDim / 32; ++i) {
+      const int d = lane + 32 * i;
+      if (d >= hd) break;
       a.k_cache[o + d] = f32_to_bf16(x[d]);
-      a.v_cache[o + d] = f32_to_bf16(vsrc[d]);
+      a.v_cache[o + d] = f32_to_bf16(vv[i]);
     }
   }
 }
