@@ -98,8 +98,10 @@ double dot_err(const std::vector<float>& y, const std::vector<float>& ref, const
   return term_err(y, ref, term_sizes(w, x, 1));
 }
 
-// With 4-bit weights, gemv again with int16 activations (GemvArgs::i16): within the f32 bound of `ref`
-// (int8 activations miss it tenfold), and not bit-equal to the f32 result `f32`, so the int16 path ran.
+// With 4-bit weights, gemv again with int16 activations (GemvArgs::i16): near `ref`, and not bit-equal to
+// the f32 result `f32`, so the int16 path ran. The bound is int16's rounding, each value within about
+// 1/65534 of its chunk's largest: by estimate ~1e-5 of the terms' size for a row of 64 heavy-tailed
+// (normed) inputs, a few times that for an unlucky single row; int8's 1/254 would give ~3e-3.
 void expect_i16_matches(cuda::GemvArgs a, DeviceArray<float>& dy, const std::vector<float>& f32,
                         const std::vector<float>& ref, const WeightMatrix& w, const std::vector<float>& x) {
   if (a.format != WeightFormat::kAffine4) return;
@@ -107,7 +109,7 @@ void expect_i16_matches(cuda::GemvArgs a, DeviceArray<float>& dy, const std::vec
   dy.poison();
   cuda::gemv(a, nullptr);
   const auto got = dy.download();
-  EXPECT_LT(dot_err(got, ref, w, x), 2e-5) << "i16";
+  EXPECT_LT(dot_err(got, ref, w, x), 1e-4) << "i16";
   EXPECT_NE(got, f32) << "i16: the same bits as f32";
 }
 
@@ -1298,9 +1300,9 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
           if (carry) {
             std::vector<float> normed(static_cast<size_t>(H));
             rms_norm(x.data(), nw.data(), 1e-6f, H, normed.data());
-            // int16: each staged value within about 1/65534 of its chunk's largest (the RMSNorm weight's
-            // random sizes make that ~3× the chunk's typical value).
-            EXPECT_LT(rel_err(d_z.download(), cpu_matmul(zw.w, normed, 1)), step.z_i16 ? 1e-4 : 2e-5) << "z";
+            // int16: each staged value within about 1/65534 of its chunk's largest, which the RMSNorm
+            // weight's random sizes make several times the chunk's typical value (~4e-5 by estimate).
+            EXPECT_LT(rel_err(d_z.download(), cpu_matmul(zw.w, normed, 1)), step.z_i16 ? 2e-4 : 2e-5) << "z";
           }
         } else {
           cuda::deltanet_conv(conv_args, nullptr);
