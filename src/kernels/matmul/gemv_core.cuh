@@ -121,6 +121,12 @@ __device__ __forceinline__ uint32_t i16_pair(int a, int b) {
 __device__ __forceinline__ float i16_factor(float amax) {
   return amax > 0.0f ? __fdividef(kI16Max, amax) : 0.0f;
 }
+// Four consecutive values of a chunk (a word's first or second half) as the layout above has them:
+// (x0, x2), (x1, x3).
+__device__ __forceinline__ uint2 i16_quad(float x0, float x1, float x2, float x3, float inv) {
+  return make_uint2(i16_pair(round_scaled(x0, inv), round_scaled(x2, inv)),
+                    i16_pair(round_scaled(x1, inv), round_scaled(x3, inv)));
+}
 // Values i .. i + 3 (v; i a multiple of 4) of the input into the int16 form at s. The chunk's 8 quads
 // must be held by the 8 lanes 8g .. 8g + 7 of one warp, quad j by lane 8g + j, all calling together.
 __device__ __forceinline__ void stage_i16_quad(uint8_t* s, int64_t i, float4 v) {
@@ -135,9 +141,7 @@ __device__ __forceinline__ void stage_i16_quad(uint8_t* s, int64_t i, float4 v) 
   const float inv = i16_factor(amax);
   uint8_t* chunk = s + i / 32 * kI16ChunkBytes;
   const int quad = static_cast<int>(i / 4) & 7;  // word quad / 2, its first or second half
-  reinterpret_cast<uint2*>(chunk)[quad] =
-      make_uint2(i16_pair(round_scaled(v.x, inv), round_scaled(v.z, inv)),
-                 i16_pair(round_scaled(v.y, inv), round_scaled(v.w, inv)));
+  reinterpret_cast<uint2*>(chunk)[quad] = i16_quad(v.x, v.y, v.z, v.w, inv);
   if (quad == 0) reinterpret_cast<float2*>(chunk + 64)[0] = make_float2(amax / kI16Max, sum);
 }
 // A whole chunk held by one lane into the int16 form's four words (stage_i16_quad's layout); returns d.
@@ -149,10 +153,8 @@ __device__ __forceinline__ float quantize_chunk_i16(const float (&x)[32], uint4 
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const float* v = x + 8 * k;
-    q[k] = make_uint4(i16_pair(round_scaled(v[0], inv), round_scaled(v[2], inv)),
-                      i16_pair(round_scaled(v[1], inv), round_scaled(v[3], inv)),
-                      i16_pair(round_scaled(v[4], inv), round_scaled(v[6], inv)),
-                      i16_pair(round_scaled(v[5], inv), round_scaled(v[7], inv)));
+    const uint2 lo = i16_quad(v[0], v[1], v[2], v[3], inv), hi = i16_quad(v[4], v[5], v[6], v[7], inv);
+    q[k] = make_uint4(lo.x, lo.y, hi.x, hi.y);
   }
   return amax / kI16Max;
 }

@@ -49,10 +49,10 @@ constexpr int kMaxDownWarps = 10;
 template <Act A>
 constexpr Act kDownAct = A == Act::kI16 ? Act::kF32 : A;
 
-// Shared memory per warp of the down kernel: the staged f32 input, then (q8) its int8 form.
-template <int E>
-constexpr int64_t down_warp_floats(int64_t I, bool q8) {
-  return staged_floats<E>(I) + (q8 ? q8_staged_bytes(I) / 4 : 0);
+// Shared memory per warp of the down kernel: the staged f32 input, then (Act::kQ8) its int8 form.
+template <int E, Act A>
+constexpr int64_t down_warp_floats(int64_t I) {
+  return staged_floats<E>(I) + (A == Act::kQ8 ? q8_staged_bytes(I) / 4 : 0);
 }
 
 template <WeightFormat F>
@@ -270,9 +270,9 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
   const int64_t rows_per_step = int64_t{lanes.per_warp()} * kRows,
                 rows_per_block = rows_per_step * kDownSteps;
   // Per warp: its expert's staged input (Act::kQ8: then the int8 form); after all warps', the partial sums.
-  float* xs = reinterpret_cast<float*>(smem4) + j * down_warp_floats<E>(a.I, A == Act::kQ8);
+  float* xs = reinterpret_cast<float*>(smem4) + j * down_warp_floats<E, kDownAct<A>>(a.I);
   float* partial =
-      reinterpret_cast<float*>(smem4) + (a.k + 1) * down_warp_floats<E>(a.I, A == Act::kQ8);  // [k + 1][rows]
+      reinterpret_cast<float*>(smem4) + (a.k + 1) * down_warp_floats<E, kDownAct<A>>(a.I);  // [k + 1][rows]
   for (int s = 0; s < kDownSteps; ++s) {
     const int64_t row_in_block = s * rows_per_step + int64_t{group} * kRows;
     down_rows<F, kDownAct<A>, kUnroll>(
@@ -326,8 +326,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lanes.group(lane),
             lane_g = lanes.index(lane);
   const int64_t rows = int64_t{lanes.per_warp()} * kRows;  // per row block
-  float* xs = smem + warp * down_warp_floats<E>(a.I, A == Act::kQ8);
-  float* partial = smem + kWarps * down_warp_floats<E>(a.I, A == Act::kQ8);  // [k + 1][rows]
+  float* xs = smem + warp * down_warp_floats<E, kDownAct<A>>(a.I);
+  float* partial = smem + kWarps * down_warp_floats<E, kDownAct<A>>(a.I);  // [k + 1][rows]
   bool waited = false;
   // The shared expert's rows of row block rb, one a lane group (row warp + kWarps · group covers the
   // block's rows: kRows <= kWarps). Warp 0 running them as a second slot after its routed one was
@@ -336,14 +336,15 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   auto shared_rows = [&](int64_t rb) {
     if (warp >= rows) return;  // uniform over the warp: no group of it has a row
     const int64_t j = warp + int64_t{kWarps} * group;
+    const bool mine = j < rows;
     down_rows<F, kDownAct<A>, 1, 1>(
-        a, sub_down, lane_g, a.k, j < rows ? rb * rows + j : -1, xs, true,
+        a, sub_down, lane_g, a.k, mine ? rb * rows + j : -1, xs, true,
         [&] {
           wait_for_previous_kernel();  // the router's launch
           __syncwarp();                // the warp's last slot is done with xs
           stage_down_input<F, kDownAct<A>, true>(a, a.k, xs);
         },
-        j < rows ? partial + a.k * rows + j : nullptr);
+        mine ? partial + a.k * rows + j : nullptr);
   };
   for (int64_t rb = int64_t{blockIdx.y} * gridDim.x + blockIdx.x; rb * rows < a.H;
        rb += static_cast<int64_t>(blocks)) {
@@ -407,7 +408,7 @@ void launch_experts(const MoeDecodeArgs& a, cudaStream_t stream) {
   const int rows_per_block = (32 / sub_down) * kRows * kDownSteps;
   const size_t down_smem =
       sizeof(float) *
-      static_cast<size_t>((a.k + 1) * (down_warp_floats<E>(a.I, A == Act::kQ8) + rows_per_block));
+      static_cast<size_t>((a.k + 1) * (down_warp_floats<E, kDownAct<A>>(a.I) + rows_per_block));
   launch_kernel(down_kernel<F, A>, dim3(blocks_for(a.H, rows_per_block)), dim3(32 * (a.k + 1)), down_smem,
                 stream, a.overlap, "moe down", a, sub_down);
 }
@@ -428,9 +429,9 @@ OnePass one_pass(const MoeDecodeArgs& a) {
   o.sub_down = gemv_group_lanes(a.I / E);
   o.grid = dim3(gate_up_blocks<F>(a, o.sub_in), static_cast<unsigned>(a.k));
   const int64_t rows = (32 / o.sub_down) * kRows;
-  o.smem = std::max(gate_up_smem<F, A>(a.H),
-                    sizeof(float) * static_cast<size_t>(kWarps * down_warp_floats<E>(a.I, A == Act::kQ8) +
-                                                        (a.k + 1) * rows));
+  o.smem = std::max(
+      gate_up_smem<F, A>(a.H),
+      sizeof(float) * static_cast<size_t>(kWarps * down_warp_floats<E, kDownAct<A>>(a.I) + (a.k + 1) * rows));
   if (o.smem > 48 * 1024) return o;
   int per_sm = 0;
   check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, one_pass_kernel<F, A>, kWarps * 32, o.smem),
