@@ -74,16 +74,18 @@ __global__ void __launch_bounds__(W * 32, kMinBlocks* kWarps / W) gemv_kernel(co
   }
   const float* x = a.x + p * a.x_stride;
   float factor = 1.0f;
+  // Staging loads in flight a thread: with four rows per group a batch of two spilled in the RMSNorm
+  // (80 bytes at 128 registers), so one at a time there.
+  constexpr int kNormBatch = kRows == 4 ? 1 : 2, kPlainBatch = kRows == 4 ? 1 : 4;
   auto stage = [&] {
     wait();  // x comes from an earlier kernel
     if constexpr (T == Transform::kNorm)
-      // With four rows per group a batch of two spilled (80 bytes at 128 registers): one at a time.
-      factor = stage_norm < E, kRows == 4 ? 1 : 2, false,
-      A > (x, a.norm_weight, a.eps, m.cols, xs, xs + staged_floats<E>(a.max_cols));
+      factor = stage_norm<E, kNormBatch, false, A>(x, a.norm_weight, a.eps, m.cols, xs,
+                                                   xs + staged_floats<E>(a.max_cols));
     else if constexpr (T == Transform::kGatedNorm)
       stage_gated_norm<E, A>(x, a.gate_z + p * a.x_stride, a.norm_weight, a.eps, a.head_dim, m.cols, xs);
     else
-      stage_plain<E, kRows == 4 ? 1 : 4, false, A>(x, m.cols, xs, threadIdx.x, blockDim.x);
+      stage_plain<E, kPlainBatch, false, A>(x, m.cols, xs, threadIdx.x, blockDim.x);
     __syncthreads();
     if constexpr (A == Act::kQ8) {
       stage_q8(xs, m.cols, xq, threadIdx.x, blockDim.x);
