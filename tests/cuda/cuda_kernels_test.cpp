@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <set>
 #include <tuple>
@@ -1735,16 +1736,22 @@ struct SampleRun {
   uint64_t draws = 0;
 };
 
-SampleRun sample_many(const std::vector<float>& logits, const cuda::SamplingState& st, int draws) {
+// `candidates`: with the per-block top-k candidates (the decode's configuration), else the sampler's
+// whole-vocabulary path only.
+SampleRun sample_many(const std::vector<float>& logits, const cuda::SamplingState& st, int draws,
+                      bool candidates = true) {
   DeviceArray<float> dl(logits);
   DeviceArray<cuda::SamplingState> state(std::vector<cuda::SamplingState>{st});
   DeviceArray<int32_t> token(1), pos(std::vector<int32_t>{0}), counter(std::vector<int32_t>{0});
   DeviceArray<cuda::SamplePartial> partials(cuda::kSampleMaxBlocks);
+  DeviceArray<cuda::SampleCandidate> cands(size_t{cuda::kSampleMaxBlocks} * cuda::kSampleBlockCandidates);
+  DeviceArray<int32_t> cand_counts(cuda::kSampleMaxBlocks);
   SampleRun r;
   for (int i = 0; i < draws; ++i) {
     token.poison();
     cuda::sample_token({dl.data(), static_cast<int64_t>(logits.size()), state.data(), token.data(),
-                        pos.data(), partials.data(), counter.data()},
+                        pos.data(), partials.data(), counter.data(), candidates ? cands.data() : nullptr,
+                        candidates ? cand_counts.data() : nullptr},
                        nullptr);
     r.tokens.push_back(token.download()[0]);
   }
@@ -1752,6 +1759,28 @@ SampleRun sample_many(const std::vector<float>& logits, const cuda::SamplingStat
   r.position = pos.download()[0];
   r.draws = state.download()[0].draws;
   return r;
+}
+
+// Empirical frequencies of `r.tokens` against the probabilities exp((l - max) / T) over `allowed`
+// (0 elsewhere): within five standard deviations.
+void expect_frequencies(const std::vector<float>& logits, const std::vector<int>& allowed, float temperature,
+                        const SampleRun& r) {
+  std::map<int, double> want;
+  double total = 0, top = -INFINITY;
+  for (int id : allowed) top = std::max<double>(top, logits[static_cast<size_t>(id)]);
+  for (int id : allowed) total += want[id] = std::exp((logits[static_cast<size_t>(id)] - top) / temperature);
+  std::map<int, int> count;
+  for (int32_t t : r.tokens) {
+    ASSERT_GE(t, 0);
+    ASSERT_LT(t, static_cast<int32_t>(logits.size()));
+    ASSERT_TRUE(want.count(t)) << "id " << t << " is cut";
+    ++count[t];
+  }
+  const double n = static_cast<double>(r.tokens.size());
+  for (const auto& [id, w] : want) {
+    const double p = w / total, f = count[id] / n;
+    EXPECT_NEAR(f, p, 5 * std::sqrt(p * (1 - p) / n) + 1e-3) << "id " << id;
+  }
 }
 
 TEST(Sample, GreedyAndCutsAndDistribution) {
@@ -1790,29 +1819,51 @@ TEST(Sample, GreedyAndCutsAndDistribution) {
       {{1.0f, 0, 0.6f, 0.0f, 3, 0}, {1, 7, 3}},     // p sorted: .29 .21 .18 (.68 >= .6 after three)
       {{1.3f, 0, 1.0f, 0.4f, 4, 0}, {1, 7, 3, 5}},  // p >= 0.4 · p_max
   };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(
-        fmt::format("T {} top_k {} top_p {} min_p {}", c.st.temperature, c.st.top_k, c.st.top_p, c.st.min_p));
-    const int n = 6000;
-    const SampleRun r = sample_many(small, c.st, n);
-    std::vector<double> want(small.size(), 0.0);
-    double total = 0;
-    for (int id : c.allowed)
-      total += want[static_cast<size_t>(id)] =
-          std::exp((small[static_cast<size_t>(id)] - 2.5) / c.st.temperature);
-    std::vector<int> count(small.size(), 0);
-    for (int32_t t : r.tokens) {
-      ASSERT_GE(t, 0);
-      ASSERT_LT(t, static_cast<int32_t>(small.size()));
-      ++count[static_cast<size_t>(t)];
+  for (bool candidates : {true, false})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(fmt::format("T {} top_k {} top_p {} min_p {} candidates {}", c.st.temperature, c.st.top_k,
+                               c.st.top_p, c.st.min_p, candidates));
+      expect_frequencies(small, c.allowed, c.st.temperature, sample_many(small, c.st, 6000, candidates));
     }
-    for (size_t id = 0; id < small.size(); ++id) {
-      const double p = want[id] / total, f = static_cast<double>(count[id]) / n;
-      if (p == 0.0)
-        EXPECT_EQ(count[id], 0) << "id " << id << " is cut";
-      else
-        EXPECT_NEAR(f, p, 5 * std::sqrt(p * (1 - p) / n) + 1e-3) << "id " << id;
-    }
+}
+
+// The real vocabulary under top-k (the per-block candidates): the 20 largest logits spread over the
+// blocks' ranges, with top-p on top; then ties at the cut, spread (every tied token kept) and crowded
+// into one block's range past its room for candidates (the whole-vocabulary path), which must agree.
+TEST(Sample, TopKOverTheVocabulary) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  auto logits = randn(248320, rng, 1.0f);
+  std::vector<int> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  for (int i = 0; i < 40; ++i) logits[static_cast<size_t>(ids[static_cast<size_t>(i)])] = 8.0f + 0.1f * i;
+  const std::vector<int> top20(ids.begin() + 20, ids.begin() + 40);  // the 20 largest
+  for (bool candidates : {true, false}) {
+    SCOPED_TRACE(candidates);
+    expect_frequencies(logits, top20, 1.0f,
+                       sample_many(logits, {1.0f, 20, 1.0f, 0.0f, 11, 0}, 3000, candidates));
+    // top-p 0.5 over the 20: the largest until half the mass (p ∝ exp(0.1 i)).
+    std::vector<double> p;
+    for (int i = 39; i >= 20; --i) p.push_back(std::exp(0.1 * (i - 39)));
+    double total = std::accumulate(p.begin(), p.end(), 0.0), acc = 0;
+    std::vector<int> kept;
+    for (int i = 39; acc < 0.5 * total; --i) kept.push_back(ids[static_cast<size_t>(i)]), acc += p[39 - i];
+    expect_frequencies(logits, kept, 0.8f,
+                       sample_many(logits, {0.8f, 20, 0.5f, 0.0f, 12, 0}, 3000, candidates));
+  }
+  // 300 tokens tied at the top: spread over the vocabulary, then 200 of them in ids [1000, 1200).
+  for (bool crowded : {false, true}) {
+    SCOPED_TRACE(crowded);
+    auto tied = randn(248320, rng, 1.0f);
+    std::vector<int> at(ids.begin(), ids.begin() + 300);
+    if (crowded)
+      for (int i = 0; i < 200; ++i) at[static_cast<size_t>(i)] = 1000 + i;
+    for (int id : at) tied[static_cast<size_t>(id)] = 9.0f;
+    std::sort(at.begin(), at.end());
+    at.erase(std::unique(at.begin(), at.end()), at.end());
+    const SampleRun r = sample_many(tied, {1.0f, 20, 1.0f, 0.0f, 13, 0}, 6000);
+    expect_frequencies(tied, at, 1.0f, r);
   }
 }
 

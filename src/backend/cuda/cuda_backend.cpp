@@ -22,6 +22,7 @@
 #include "backend/cuda/stage_timer.h"
 #include "core/error.h"
 #include "kernels/attention/attention_cuda.h"
+#include "kernels/block_trace.h"
 #include "kernels/cuda_launch.h"
 #include "kernels/deltanet/deltanet_chunked_cuda.h"
 #include "kernels/deltanet/deltanet_cuda.h"
@@ -56,9 +57,11 @@ struct DecodeScratch {
   unsigned long long* moe_sync;  // [layers][moe_sync_words(k)]: layer L's MoeDecodeArgs::sync
   int32_t *ids, *gate_up_index, *down_index;
   float *weights, *gate_up, *act, *down;
-  float* logits;                   // [V]
-  SamplePartial* sample_partials;  // [kSampleMaxBlocks] the sampler's first pass
-  int32_t* sample_counter;         // [1] its block count
+  float* logits;                       // [V]
+  SamplePartial* sample_partials;      // [kSampleMaxBlocks] the sampler's first pass
+  int32_t* sample_counter;             // [1] its block count
+  SampleCandidate* sample_candidates;  // [kSampleMaxBlocks · kSampleBlockCandidates] its top-k candidates
+  int32_t* sample_candidate_counts;    // [kSampleMaxBlocks]
 };
 
 // Buffers of one prefill chunk of up to `rows` rows.
@@ -216,6 +219,7 @@ class CudaBackend final : public Backend {
                           cudaMemcpyDeviceToHost, stream_),
           "decode: logits");
     sync();
+    block_trace::collect();
   }
 
   bool decode_sampled(int32_t token, const DeviceSampling& s, int32_t* next) override {
@@ -232,6 +236,7 @@ class CudaBackend final : public Backend {
           "decode: token");
     check(cudaEventRecord(token_ready_, stream_), "decode: event");
     check(cudaEventSynchronize(token_ready_), "decode: token");
+    block_trace::collect();
     *next = device_token_ = *host_token_;
     return true;
   }
@@ -427,6 +432,8 @@ class CudaBackend final : public Backend {
       d_.logits = c.take<float>(u(cfg_.vocab_size));
       d_.sample_partials = c.take<SamplePartial>(kSampleMaxBlocks);
       d_.sample_counter = c.take<int32_t>(1);
+      d_.sample_candidates = c.take<SampleCandidate>(size_t{kSampleMaxBlocks} * kSampleBlockCandidates);
+      d_.sample_candidate_counts = c.take<int32_t>(kSampleMaxBlocks);
     };
     Carver sizing(nullptr);
     carve(sizing);
@@ -663,11 +670,14 @@ class CudaBackend final : public Backend {
       check(cudaMemcpyAsync(d_.token, &host_token_in_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
             "token");
     }
+    block_trace::arm(stream_);
     if (use_graph_) {
       if (!graph_) capture_step();
       check(cudaGraphLaunch(graph_, stream_), "cudaGraphLaunch");
     } else {
+      block_trace::record_launches(true);
       enqueue_step();
+      block_trace::record_launches(false);
     }
     ++position_;
     device_token_ = -1;  // until decode_sampled reads back what the step chose
@@ -677,8 +687,11 @@ class CudaBackend final : public Backend {
     cudaGraph_t graph = nullptr;
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     try {
+      block_trace::record_launches(true);
       enqueue_step();
+      block_trace::record_launches(false);
     } catch (...) {
+      block_trace::record_launches(false);
       cudaStreamEndCapture(stream_, &graph);
       if (graph) cudaGraphDestroy(graph);
       throw;
@@ -721,9 +734,10 @@ class CudaBackend final : public Backend {
     const float* final_norm = fused_norm(weights_.final_norm);
     if (!final_norm) rms_norm_rows(d_.x, 1, H, weights_.final_norm, eps, d_.normed, nullptr, stream_);
     gemv_one(weights_.lm_head, final_norm ? d_.x : d_.normed, d_.logits, false, final_norm, stream_lm_head_);
-    sample_token(SampleArgs{d_.logits, cfg_.vocab_size, d_.sampling, d_.token, d_.position,
-                            d_.sample_partials, d_.sample_counter},
-                 stream_);
+    sample_token(
+        SampleArgs{d_.logits, cfg_.vocab_size, d_.sampling, d_.token, d_.position, d_.sample_partials,
+                   d_.sample_counter, d_.sample_candidates, d_.sample_candidate_counts},
+        stream_);
   }
 
   // The norm weight when the projections fuse it (they then read the residual d_.x), else null (an

@@ -41,8 +41,11 @@ struct DecodeSmem {
   static constexpr int kTile = 2 * kKeys * kLd;  // K rows, then V rows
   static constexpr int kWarpElems = kStages * kTile;
   static constexpr size_t kBytes = sizeof(uint16_t) * kWarps * kWarpElems;
-  // The merge reuses the tiles: o [kWarps][kMaxGroup][HD], then m and l [kWarps][kMaxGroup].
-  static_assert(sizeof(float) * kWarps * kMaxGroup * (HD + 2) <= kBytes, "merge scratch fits the tiles");
+  // The merge reuses the tiles: o [kWarps][kMaxGroup][kMergeLd], then m and l [kWarps][kMaxGroup]. A
+  // head's o row is padded by 4 floats, so the 4 heads a publishing store spans fall in different banks.
+  static constexpr int kMergeLd = HD + 4;
+  static_assert(sizeof(float) * kWarps * kMaxGroup * (kMergeLd + 2) <= kBytes,
+                "merge scratch fits the tiles");
 };
 
 // x as a bf16 pair (hi, lo) with x ≈ hi + lo, two values to a word each.
@@ -53,6 +56,7 @@ __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, u
 
 template <int HD>
 __global__ void __launch_bounds__(kWarps * 32) decode_mma_kernel(AttentionDecodeArgs a) {
+  QWICK_TRACE_BLOCK();
   using L = DecodeSmem<HD>;
   constexpr int kLd = L::kLd, kChunks = HD / 8;  // 16-byte chunks per row
   extern __shared__ uint4 smem4[];
@@ -157,45 +161,63 @@ __global__ void __launch_bounds__(kWarps * 32) decode_mma_kernel(AttentionDecode
     __syncwarp();  // every lane is done with buffer b before it is refilled
   }
   cp_async_wait<0>();
+  block_trace_mark<0>();
 
-  // Merge the warps: each publishes (o, m, l) per head, then the block combines them per element.
+  // Merge the warps: each publishes (o, m, l) per head, then every thread weighs its elements.
 #pragma unroll
   for (int e = 0; e < 2; ++e)
 #pragma unroll
     for (int off = 4; off < 32; off <<= 1) l[e] += __shfl_xor_sync(kFullMask, l[e], off);
-  __syncthreads();                              // all tiles consumed: the buffers become the merge scratch
-  float* os = reinterpret_cast<float*>(smem4);  // [kWarps][kMaxGroup][HD]
-  float* ms = os + kWarps * kMaxGroup * HD;     // [kWarps][kMaxGroup]
+  __syncthreads();  // all tiles consumed: the buffers become the merge scratch
+  block_trace_mark<1>();
+  constexpr int kOs = L::kMergeLd;
+  float* os = reinterpret_cast<float*>(smem4);  // [kWarps][kMaxGroup][kOs]
+  float* ms = os + kWarps * kMaxGroup * kOs;    // [kWarps][kMaxGroup]
   float* ls = ms + kWarps * kMaxGroup;
-  float* ow = os + warp * kMaxGroup * HD;
+  float* ow = os + warp * kMaxGroup * kOs;
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     const int h = 2 * t + e;
 #pragma unroll
     for (int mt = 0; mt < HD / 16; ++mt) {
-      ow[h * HD + mt * 16 + g] = o[mt][e];
-      ow[h * HD + mt * 16 + g + 8] = o[mt][2 + e];
+      ow[h * kOs + mt * 16 + g] = o[mt][e];
+      ow[h * kOs + mt * 16 + g + 8] = o[mt][2 + e];
     }
     if (g == 0) ms[warp * kMaxGroup + h] = m[e], ls[warp * kMaxGroup + h] = l[e];
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < G * (HD + 2); i += blockDim.x) {
-    const int h = i / (HD + 2), d = i % (HD + 2);
-    float M = -INFINITY;
+  // Each warp's weight exp(m_w - M) per head in every thread's registers (0 for a warp without keys,
+  // whose o and l are 0), so the element loop below is loads and multiply-adds alone (weighing each
+  // element with shared-memory reads and a branch per warp took ~5 µs, the kernel's longest phase).
+  float cw[kWarps][kMaxGroup], M[kMaxGroup];
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, ms[w * kMaxGroup + h]);
-    float v = 0.0f;
-    if (d == HD) {
-      v = M;
-    } else {
+  for (int h = 0; h < kMaxGroup; ++h) {
+    M[h] = -INFINITY;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float mw = ms[w * kMaxGroup + h];
-        if (mw == -INFINITY) continue;  // a warp without keys
-        v += expf(mw - M) * (d < HD ? os[(w * kMaxGroup + h) * HD + d] : ls[w * kMaxGroup + h]);
-      }
+    for (int w = 0; w < kWarps; ++w) M[h] = h < G ? fmaxf(M[h], ms[w * kMaxGroup + h]) : M[h];
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float mw = h < G ? ms[w * kMaxGroup + h] : -INFINITY;
+      cw[w][h] = mw == -INFINITY ? 0.0f : expf(mw - M[h]);
     }
-    partial_row(a, kvh * G + h, split)[d] = v;
+  }
+#pragma unroll
+  for (int h = 0; h < kMaxGroup; ++h) {
+    if (h >= G) break;
+    float* out = partial_row(a, kvh * G + h, split);
+#pragma unroll
+    for (int d = threadIdx.x; d < HD; d += kWarps * 32) {
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) v += cw[w][h] * os[(w * kMaxGroup + h) * kOs + d];
+      out[d] = v;
+    }
+    if (threadIdx.x == 0) {
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) v += cw[w][h] * ls[w * kMaxGroup + h];
+      out[HD] = M[h], out[HD + 1] = v;
+    }
   }
 }
 
@@ -239,6 +261,7 @@ __device__ __forceinline__ void gate_rows(const AttentionDecodeArgs& a, int sub,
 // kGateRows: the gate from gate_proj (gate_rows, before the wait), F its format; else from a.gate.
 template <WeightFormat F, bool kGateRows>
 __global__ void __launch_bounds__(kCombineWarps * 32, 2) combine_kernel(AttentionDecodeArgs a, int sub) {
+  QWICK_TRACE_BLOCK();
   __shared__ float coef[kMaxSplits], scratch[32], sums[kCombineWarps][kCombineDims], gate[kCombineDims];
   extern __shared__ uint4 smem4[];  // kGateRows: the staged gate input
   const int h = blockIdx.x, hd = a.head_dim, d = blockIdx.y * kCombineDims + (threadIdx.x & 31);

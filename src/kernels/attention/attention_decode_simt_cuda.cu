@@ -42,6 +42,7 @@ __device__ __forceinline__ void load_bf16(const uint16_t* p, float (&out)[EPL]) 
 
 template <int EPL>  // dims per lane = head_dim / 32
 __global__ void __launch_bounds__(kWarps * 32) decode_kernel(AttentionDecodeArgs a) {
+  QWICK_TRACE_BLOCK();
   constexpr int HD = EPL * 32;
   __shared__ float q_s[kMaxGroup][HD];
   __shared__ float acc_s[kMaxGroup][HD];

@@ -16,6 +16,7 @@ __device__ __forceinline__ float inv_l2(float sumsq) {
 
 template <int K>
 __global__ void conv_kernel(DeltaNetConvArgs a) {
+  QWICK_TRACE_BLOCK();
   wait_and_let_next_start();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= a.C) return;
@@ -193,6 +194,7 @@ __device__ __forceinline__ void gates(float b, float a, float a_neg, float dt_bi
 
 // One block per row: a warp per q or k head, then the gates.
 __global__ void prepare_kernel(DeltaNetPrepareArgs a) {
+  QWICK_TRACE_BLOCK();
   wait_and_let_next_start();
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
@@ -280,6 +282,7 @@ __device__ __forceinline__ float token_step(float (&S)[kScanRowsPerWarp][EPL], c
 
 template <int EPL>  // state values per lane per row = Dk / 32
 __global__ void __launch_bounds__(kScanWarps * 32) scan_kernel(DeltaNetScanArgs a) {
+  QWICK_TRACE_BLOCK();
   wait_and_let_next_start();
   const int h = blockIdx.x, kh = h / (a.Hv / a.Hk);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -365,12 +368,14 @@ __device__ __forceinline__ void z_block(const DeviceMatrix m, const float* x, co
   WeightRow rows[kZRowsPerGroup];
   weight_rows<kZRowsPerGroup>(m, row_groups(m), row0, rows);
   float factor = 1.0f;
+  // The model's 2048 inputs in one round of loads at the block's 128 threads (one at a time took four
+  // dependent rounds after the wait, and the z blocks end last in the step's launch).
   auto stage = [&] {
     wait_for_previous_kernel();  // the residual comes from the kernel before the input projection
     if (norm)
-      factor = stage_norm<E, 1, false, A>(x, norm, eps, m.cols, xs, xs + staged_floats<E>(m.cols));
+      factor = stage_norm<E, 4, false, A>(x, norm, eps, m.cols, xs, xs + staged_floats<E>(m.cols));
     else
-      stage_plain<E, 1, false, A>(x, m.cols, xs, threadIdx.x, blockDim.x);
+      stage_plain<E, 4, false, A>(x, m.cols, xs, threadIdx.x, blockDim.x);
     __syncthreads();
   };
   float acc[kZRowsPerGroup];
@@ -393,6 +398,7 @@ constexpr int kMaxStepDk = 128;  // q and k of a key head staged in shared memor
 template <int EPL, int K, bool kZ = false, WeightFormat ZF = WeightFormat::kAffine4, Act ZA = Act::kF32>
 __global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)
     decode_step_kernel(DeltaNetDecodeStepArgs a, int z_sub) {
+  QWICK_TRACE_BLOCK();
   if constexpr (kZ) {
     if (static_cast<int>(blockIdx.x) >= a.Hv) {
       let_next_kernel_start();
@@ -441,6 +447,7 @@ __global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)
   // Every thread's window reads returned before the barriers above (their values are in qs and ks),
   // so the block may count itself; the count comes back while the scan runs.
   if (tid == 0) last = atomicAdd(a.readers + kh, 1) == (a.Hv / a.Hk) * static_cast<int>(gridDim.y) - 1;
+  block_trace_mark<0>();
 
   float q[EPL], k[EPL], v[kScanRowsPerWarp];
 #pragma unroll
@@ -448,6 +455,7 @@ __global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)
 #pragma unroll
   for (int r = 0; r < kScanRowsPerWarp; ++r) v[r] = vs[warp * kScanRowsPerWarp + r];
   const float o = token_step<EPL>(S, q, k, v, beta_decay[0], beta_decay[1]);
+  block_trace_mark<1>();
   if (lane < kScanRowsPerWarp) a.out[int64_t{h} * a.Dv + r0 + lane] = o;
   store_rows<EPL>(state, a.Dk, S);
 

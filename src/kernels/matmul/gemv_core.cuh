@@ -402,7 +402,10 @@ __device__ __forceinline__ void dot_rows(const WeightRow (&rows)[R], int64_t chu
         }
       }
     }
-    if (it == 0 && first) stage();
+    if (it == 0 && first) {
+      stage();
+      block_trace_mark<0>();
+    }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = it * step + u * sub + lane_g;

@@ -45,6 +45,7 @@ struct GemvLaunch {
 // SM whatever W (the same 128 registers a thread).
 template <WeightFormat F, Transform T, Act A, int kRows, int W = kWarps>
 __global__ void __launch_bounds__(W * 32, kMinBlocks* kWarps / W) gemv_kernel(const GemvLaunch L) {
+  QWICK_TRACE_BLOCK();
   constexpr int E = ChunkTraits<F>::kElems;
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);
@@ -74,9 +75,10 @@ __global__ void __launch_bounds__(W * 32, kMinBlocks* kWarps / W) gemv_kernel(co
   }
   const float* x = a.x + p * a.x_stride;
   float factor = 1.0f;
-  // Staging loads in flight a thread: with four rows per group a batch of two spilled in the RMSNorm
-  // (80 bytes at 128 registers), so one at a time there.
-  constexpr int kNormBatch = kRows == 4 ? 1 : 2, kPlainBatch = kRows == 4 ? 1 : 4;
+  // Staging loads in flight a thread: the model's 2048 inputs in one round of loads after the wait
+  // where the registers allow. With four rows per group a batch of two spills in the f32 RMSNorm (48
+  // bytes at 128 registers), so one at a time there (two rounds); the int16 form's holds no spill.
+  constexpr int kNormBatch = kRows == 4 && A != Act::kI16 ? 1 : 2, kPlainBatch = kRows == 4 ? 1 : 4;
   auto stage = [&] {
     wait();  // x comes from an earlier kernel
     if constexpr (T == Transform::kNorm)

@@ -41,6 +41,7 @@ struct TileLayout {
 // CPL: chunks a lane of each row (cols = 32 · CPL · 32).
 template <int CPL, bool kNorm, bool kI16>
 __global__ void __launch_bounds__(kWarps * 32, 1) gemv_stream_kernel(const GemvArgs a) {
+  QWICK_TRACE_BLOCK();
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t full[kStages];
   __shared__ int freed[kStages];  // warps done with the stage's tiles so far (kWarps a tile)

@@ -147,6 +147,7 @@ __device__ __forceinline__ int32_t wait_for_route(const unsigned long long* word
 template <WeightFormat RF, WeightFormat F, Act A>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     router_kernel(const MoeDecodeArgs a, int sub, int router_blocks, int sub_experts) {
+  QWICK_TRACE_BLOCK();
   constexpr int E = elems<RF>();
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);
@@ -198,12 +199,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       __syncwarp();  // every lane's ids and weights written before any lane's release
       if (lane < a.k) store_release(a.sync + 1 + lane, route_word_after(route_word, mine));
     }
+    block_trace_mark<1>();
   }
   if (threadIdx.x == 0) *a.counter = 0;
 }
 
 template <WeightFormat F, Act A>
 __global__ void __launch_bounds__(kWarps * 32, 2) gate_up_kernel(const MoeDecodeArgs a, int sub) {
+  QWICK_TRACE_BLOCK();
   extern __shared__ float4 smem4[];
   let_next_kernel_start();
   gate_up_block<F, A>(a, sub, static_cast<int>(blockIdx.y), blockIdx.x, true, false,
@@ -239,7 +242,10 @@ template <WeightFormat F, Act A, bool kL2 = false>
 __device__ __forceinline__ void stage_down_input(const MoeDecodeArgs& a, int t, float* xs) {
   constexpr int E = elems<F>();
   const int lane = threadIdx.x & 31;
-  stage_plain<E, 1, kL2, A>(a.act + t * a.I, a.I, xs, lane, 32);  // one at a time: a batch of 2 spilled
+  // The model's 512 values in one round of loads: this staging follows the wait for every gate|up
+  // block, so each round is on the MoE's critical path (it was four, one at a time, when a batch of
+  // two spilled).
+  stage_plain<E, 4, kL2, A>(a.act + t * a.I, a.I, xs, lane, 32);
   __syncwarp();
   if constexpr (A == Act::kQ8) {
     stage_q8(xs, a.I, reinterpret_cast<uint8_t*>(xs + staged_floats<E>(a.I)), lane, 32);
@@ -260,6 +266,7 @@ __device__ __forceinline__ void add_partials(const MoeDecodeArgs& a, const float
 
 template <WeightFormat F, Act A>
 __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecodeArgs a, int sub) {
+  QWICK_TRACE_BLOCK();
   constexpr int E = elems<F>();
   extern __shared__ float4 smem4[];
   let_next_kernel_start();
@@ -301,6 +308,7 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
 template <WeightFormat F, Act A>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     one_pass_kernel(const MoeDecodeArgs a, int sub_in, int sub_down) {
+  QWICK_TRACE_BLOCK();
   constexpr int E = elems<F>();
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
@@ -314,6 +322,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     // its own wait), and this launch's blocks have added fewer than `blocks`: this one has not.
     seen = atomicAdd(a.sync, 0ull) / blocks;
     expert = wait_for_route(a.sync + 1 + blockIdx.y, static_cast<uint32_t>(seen + 1));
+    block_trace_mark<1>();
   }
   __syncthreads();  // (the routing is visible past the acquire: ids and weights are read from L2 below)
   const int p = static_cast<int>(blockIdx.y);
@@ -321,6 +330,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       a, sub_in, p, 3 * expert, blockIdx.x, smem, false, [] {}, factor);
   __syncthreads();  // every row of the block written, and its staging read
   if (threadIdx.x == 0) add_release(a.sync, 1);
+  block_trace_mark<0>();  // (block_trace.cuh: the first warp's; every later mark 0 comes after)
 
   const LaneGroups lanes = lane_groups(sub_down);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lanes.group(lane),

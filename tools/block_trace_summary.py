@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Where each kernel of a qwick decode step spends its time, block by block, from the file a
+-DQWICK_BLOCK_TRACE=ON build writes (src/kernels/block_trace.h):
+
+    QWICK_BLOCK_TRACE=blocks.tsv qwick bench ...      (the file holds the last decode step)
+    tools/block_trace_summary.py blocks.tsv [--launches]
+
+Times are µs after the previous launch's last block ended (negative: before it). Per launch: its
+blocks' first, median and last start (how early they became resident), the median and last first
+wait (griddepcontrol.wait returning), the median of the two marks a kernel may record
+(QWICK_TRACE_MARK: a point inside its work, e.g. after staging), the median and last end, and its own
+time (last end after the previous last end). The table gives, per role (the kernel and where it sits in its layer), the median
+of each over the layers; --launches also prints every launch.
+"""
+import csv
+import statistics
+import sys
+
+# Names are launch_kernel's; a GEMV's role comes from the kernel after it (an input projection) or
+# before it (an output projection), as in tools/kernel_trace/split_by_layer.py.
+MIXER_AFTER = {"deltanet_decode_step": "DeltaNet input stack", "attention_prep": "attention q|k|v stack"}
+MIXER_BEFORE = {"deltanet_decode_step": "DeltaNet output projection",
+                "attention_decode_combine": "attention output projection"}
+
+
+def roles(names):
+    out, kind = [], "?"
+    for i, n in enumerate(names):
+        if n == "deltanet_decode_step":
+            kind = "DeltaNet"
+        elif n == "attention_prep":
+            kind = "attention"
+        if n == "gemv":
+            after = names[i + 1] if i + 1 < len(names) else None
+            before = names[i - 1] if i > 0 else None
+            role = MIXER_AFTER.get(after) or MIXER_BEFORE.get(before) or "gemv"
+            if after == "sample_token":
+                role = "lm_head"
+            out.append(role)
+        elif n in ("moe router", "moe experts", "moe gate_up", "moe down"):
+            out.append(f"{n} ({kind})")
+        elif n == "gemv_stream":
+            out.append("lm_head")
+        else:
+            out.append(n)
+    return out
+
+
+def main(path, every):
+    launches = {}
+    with open(path) as f:
+        for r in csv.DictReader(f, delimiter="\t"):
+            j = int(r["launch"])
+            if j < 0:
+                continue
+            launches.setdefault(j, {"name": r["name"], "blocks": []})["blocks"].append(
+                (int(r["start_ns"]), int(r["waited_ns"]), int(r["end_ns"]),
+                 int(r["mark0_ns"]), int(r["mark1_ns"])))
+    order = sorted(launches)
+    names = [launches[j]["name"] for j in order]
+    role_of = roles(names)
+    prev_end = None
+    rows = []
+    for j, role in zip(order, role_of):
+        b = launches[j]["blocks"]
+        starts = sorted(x[0] for x in b)
+        waits = sorted(x[1] for x in b if x[1] >= 0)
+        ends = sorted(x[2] for x in b)
+        marks = [sorted(x[k] for x in b if x[k] >= 0) for k in (3, 4)]
+        base = prev_end if prev_end is not None else starts[0]
+        us = lambda t: (t - base) / 1000.0
+        median_us = lambda ts: us(statistics.median(ts)) if ts else float("nan")
+        row = {
+            "launch": j, "role": role, "blocks": len(b),
+            "first start": us(starts[0]), "start": us(statistics.median(starts)), "last start": us(starts[-1]),
+            "waited": median_us(waits),
+            "last waited": us(waits[-1]) if waits else float("nan"),
+            "mark0": median_us(marks[0]), "mark1": median_us(marks[1]),
+            "end": us(statistics.median(ends)), "last end": us(ends[-1]),
+        }
+        row["own"] = row["last end"]
+        rows.append(row)
+        prev_end = ends[-1] if prev_end is None else max(prev_end, ends[-1])
+    cols = ["first start", "start", "last start", "waited", "last waited", "mark0", "mark1", "end", "last end",
+            "own"]
+    if every:
+        print("| launch | role | blocks | " + " | ".join(cols) + " |")
+        print("|---:|---|---:|" + "---:|" * len(cols))
+        for r in rows:
+            print(f"| {r['launch']} | {r['role']} | {r['blocks']} | " +
+                  " | ".join(f"{r[c]:.2f}" for c in cols) + " |")
+        print()
+    by_role = {}
+    for r in rows:
+        by_role.setdefault(r["role"], []).append(r)
+    total = sum(r["own"] for r in rows)
+    print(f"Step: {len(rows)} launches, {total:.1f} µs from the first block's start to the last block's end.")
+    print("Medians over each role's launches, µs after the previous launch's last block ended:\n")
+    print("| role | launches | blocks | " + " | ".join(cols) + " | own µs a step |")
+    print("|---|---:|---:|" + "---:|" * (len(cols) + 1))
+    for role, rs in sorted(by_role.items(), key=lambda kv: -sum(r["own"] for r in kv[1])):
+        med = {c: statistics.median(r[c] for r in rs) for c in cols}  # nan where no block marked
+        print(f"| {role} | {len(rs)} | {rs[0]['blocks']} | " + " | ".join(f"{med[c]:.2f}" for c in cols) +
+              f" | {sum(r['own'] for r in rs):.1f} |")
+
+
+if __name__ == "__main__":
+    args = [a for a in sys.argv[1:] if a != "--launches"]
+    if len(args) != 1:
+        sys.exit(__doc__)
+    main(args[0], "--launches" in sys.argv[1:])
