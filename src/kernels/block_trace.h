@@ -51,6 +51,13 @@ bool enabled();
 // While recording: launch_kernel notes each launch of the step, in order.
 void record_launches(bool on);
 void note_launch(const char* name, dim3 grid, dim3 block);
+// Records the launches of its scope (the decode step's enqueue, captured or not).
+struct RecordedLaunches {
+  RecordedLaunches() { record_launches(true); }
+  ~RecordedLaunches() { record_launches(false); }
+  RecordedLaunches(const RecordedLaunches&) = delete;
+  RecordedLaunches& operator=(const RecordedLaunches&) = delete;
+};
 // Before a step's kernels are launched on `stream`: the buffer emptied (made on first use).
 void arm(cudaStream_t stream);
 // After the step has completed: its blocks, assigned to the recorded launches, written to the file.

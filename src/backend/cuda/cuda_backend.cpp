@@ -675,9 +675,7 @@ class CudaBackend final : public Backend {
       if (!graph_) capture_step();
       check(cudaGraphLaunch(graph_, stream_), "cudaGraphLaunch");
     } else {
-      block_trace::record_launches(true);
       enqueue_step();
-      block_trace::record_launches(false);
     }
     ++position_;
     device_token_ = -1;  // until decode_sampled reads back what the step chose
@@ -687,11 +685,8 @@ class CudaBackend final : public Backend {
     cudaGraph_t graph = nullptr;
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     try {
-      block_trace::record_launches(true);
       enqueue_step();
-      block_trace::record_launches(false);
     } catch (...) {
-      block_trace::record_launches(false);
       cudaStreamEndCapture(stream_, &graph);
       if (graph) cudaGraphDestroy(graph);
       throw;
@@ -706,6 +701,7 @@ class CudaBackend final : public Backend {
   // is folded into the projections that read it and the MoE runs as moe_decode's three kernels;
   // without, the norms, routing, SwiGLU and combine are kernels of their own (the ablation baseline).
   void enqueue_step() {
+    const block_trace::RecordedLaunches recorded;  // (a -DQWICK_BLOCK_TRACE=ON build's timeline)
     const int64_t H = cfg_.hidden_size;
     const float eps = cfg_.rms_norm_eps;
     embed_rows(weights_.embed, d_.token, 1, d_.x, stream_);
