@@ -7,8 +7,9 @@
 
 Times are µs after the previous launch's last block ended (negative: before it). Per launch: its
 blocks' first, median and last start (how early they became resident), the median and last first
-wait (griddepcontrol.wait returning), the median of the two marks a kernel may record
-(QWICK_TRACE_MARK: a point inside its work, e.g. after staging), the median and last end, and its own
+wait (griddepcontrol.wait returning), the median of the four marks a kernel may record
+(block_trace_mark: a point inside its work, e.g. after staging; marks 0 and 1 when the block's first warp
+got there, 2 and 3 when its last did), the median and last end, and its own
 time (last end after the previous last end). The table gives, per role (the kernel and where it sits in its layer), the median
 of each over the layers; --launches also prints every launch.
 """
@@ -55,7 +56,7 @@ def main(path, every):
                 continue
             launches.setdefault(j, {"name": r["name"], "blocks": []})["blocks"].append(
                 (int(r["start_ns"]), int(r["waited_ns"]), int(r["end_ns"]),
-                 int(r["mark0_ns"]), int(r["mark1_ns"])))
+                 *(int(r[f"mark{i}_ns"]) for i in range(4))))
     order = sorted(launches)
     names = [launches[j]["name"] for j in order]
     role_of = roles(names)
@@ -66,7 +67,7 @@ def main(path, every):
         starts = sorted(x[0] for x in b)
         waits = sorted(x[1] for x in b if x[1] >= 0)
         ends = sorted(x[2] for x in b)
-        marks = [sorted(x[k] for x in b if x[k] >= 0) for k in (3, 4)]
+        marks = [sorted(x[k] for x in b if x[k] >= 0) for k in range(3, 7)]
         base = prev_end if prev_end is not None else starts[0]
         us = lambda t: (t - base) / 1000.0
         median_us = lambda ts: us(statistics.median(ts)) if ts else float("nan")
@@ -75,14 +76,14 @@ def main(path, every):
             "first start": us(starts[0]), "start": us(statistics.median(starts)), "last start": us(starts[-1]),
             "waited": median_us(waits),
             "last waited": us(waits[-1]) if waits else float("nan"),
-            "mark0": median_us(marks[0]), "mark1": median_us(marks[1]),
+            **{f"mark{i}": median_us(marks[i]) for i in range(4)},
             "end": us(statistics.median(ends)), "last end": us(ends[-1]),
         }
         row["own"] = row["last end"]
         rows.append(row)
         prev_end = ends[-1] if prev_end is None else max(prev_end, ends[-1])
-    cols = ["first start", "start", "last start", "waited", "last waited", "mark0", "mark1", "end", "last end",
-            "own"]
+    cols = ["first start", "start", "last start", "waited", "last waited", "mark0", "mark1", "mark2", "mark3",
+            "end", "last end", "own"]
     if every:
         print("| launch | role | blocks | " + " | ".join(cols) + " |")
         print("|---:|---|---:|" + "---:|" * len(cols))

@@ -126,14 +126,16 @@ void collect() {
   FILE* f = std::fopen(output_path(), "w");
   if (!f) fail("block trace: cannot write {}", output_path());
   std::fprintf(f,
-               "launch\tname\tgrid\tthreads\tblock\tsm\tstart_ns\twaited_ns\tmark0_ns\tmark1_ns\tend_ns\n");
-  auto at = [&](uint64_t t) { return t == ~0ull ? -1LL : static_cast<long long>(t - t0); };
+               "launch\tname\tgrid\tthreads\tblock\tsm\tstart_ns\twaited_ns\tmark0_ns\tmark1_ns\tmark2_ns\tmark3_ns\t"
+               "end_ns\n");
+  auto at = [&](uint64_t t) { return t == ~0ull || t == 0 ? -1LL : static_cast<long long>(t - t0); };
   for (size_t i = 0; i < records.size(); ++i) {
     const BlockTraceRecord& r = records[i];
     const int j = launch_of[i];
-    std::fprintf(f, "%d\t%s\t%u\t%u\t%u\t%u\t%lld\t%lld\t%lld\t%lld\t%lld\n", j,
+    std::fprintf(f, "%d\t%s\t%u\t%u\t%u\t%u\t%lld\t%lld\t%lld\t%lld\t%lld\t%lld\t%lld\n", j,
                  j >= 0 ? s.launches[static_cast<size_t>(j)].name.c_str() : "?", r.grid, r.threads, r.block,
-                 r.sm, at(r.start), at(r.waited), at(r.mark[0]), at(r.mark[1]), at(r.end));
+                 r.sm, at(r.start), at(r.waited), at(r.mark[0]), at(r.mark[1]), at(r.mark[2]), at(r.mark[3]),
+                 at(r.end));
   }
   std::fclose(f);
 }

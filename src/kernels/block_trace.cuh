@@ -1,7 +1,8 @@
 // The device side of block_trace.h: QWICK_TRACE_BLOCK() as a kernel's first statement records the
 // block's start and its exit; wait_for_previous_kernel (cuda_common.cuh) records the first warp past the
 // wait, block_trace_mark<0 or 1>() the first warp at a point of the kernel's (mark 0: a decode GEMV's
-// staged input, gemv_core.cuh). Nothing is compiled in without QWICK_BLOCK_TRACE.
+// staged input, gemv_core.cuh), block_trace_mark<2 or 3>() the last warp there. Nothing is compiled in
+// without QWICK_BLOCK_TRACE.
 //
 // Only kernels that open with QWICK_TRACE_BLOCK() may run during a traced step: the wait's record finds
 // the block's slot in shared memory, which other kernels never set (a stale slot left there by another
@@ -46,7 +47,7 @@ __device__ __forceinline__ BlockTraceRecord* block_trace_record() {
   return b.records + s.slot;
 }
 
-// Lane 0 of each warp: the first wait of the block; the first warp at mark I.
+// Lane 0 of each warp: the first wait of the block; the first warp at mark 0 or 1, the last at 2 or 3.
 __device__ __forceinline__ void block_trace_waited() {
   if ((threadIdx.x & 31) != 0) return;
   if (BlockTraceRecord* r = block_trace_record())
@@ -54,10 +55,15 @@ __device__ __forceinline__ void block_trace_waited() {
 }
 template <int I>
 __device__ __forceinline__ void block_trace_mark() {
-  static_assert(I == 0 || I == 1, "two marks");
+  static_assert(I >= 0 && I < 4, "four marks");
   if ((threadIdx.x & 31) != 0) return;
-  if (BlockTraceRecord* r = block_trace_record())
-    atomicMin(reinterpret_cast<unsigned long long*>(&r->mark[I]), global_ns());
+  if (BlockTraceRecord* r = block_trace_record()) {
+    auto* at = reinterpret_cast<unsigned long long*>(&r->mark[I]);
+    if constexpr (I < 2)
+      atomicMin(at, global_ns());
+    else
+      atomicMax(at, global_ns());
+  }
 }
 
 struct BlockTraceScope {
@@ -71,7 +77,7 @@ struct BlockTraceScope {
         asm("mov.u32 %0, %%smid;" : "=r"(sm));
         b.records[slot] = BlockTraceRecord{start,
                                            ~0ull,
-                                           {~0ull, ~0ull},
+                                           {~0ull, ~0ull, 0, 0},
                                            0,
                                            linear_block(),
                                            gridDim.x * gridDim.y * gridDim.z,

@@ -24,7 +24,9 @@ namespace qwick::cuda {
 struct BlockTraceRecord {
   uint64_t start;    // the block's first instruction
   uint64_t waited;   // the first of its warps past griddepcontrol.wait; ~0 when none waited
-  uint64_t mark[2];  // the first of its warps at block_trace_mark<i>() (~0: none): a kernel's own phases
+  // A kernel's own phases: marks 0 and 1 the first of its warps at block_trace_mark<i>() (~0: none),
+  // marks 2 and 3 the last (0: none).
+  uint64_t mark[4];
   uint64_t end;      // the last of its warps to leave
   uint32_t block;    // linear index in its grid
   uint32_t grid;     // blocks in the launch

@@ -13,20 +13,20 @@ import sys
 script, scratch = sys.argv[1:3]
 os.makedirs(scratch, exist_ok=True)
 path = os.path.join(scratch, "blocks.tsv")
-header = "launch\tname\tgrid\tthreads\tblock\tsm\tstart_ns\twaited_ns\tmark0_ns\tmark1_ns\tend_ns"
-blocks = [  # launch, name, start, waited, mark0, mark1, end (ns; -1: none)
-    (0, "embed", 0, -1, -1, -1, 2000),
-    (1, "gemv", 1000, 3000, 4000, -1, 5000),
-    (1, "gemv", 1500, 3200, -1, -1, 6000),
-    (2, "deltanet_decode_step", 5500, 6500, 7000, -1, 8000),
-    (2, "deltanet_decode_step", 5600, 6600, 7100, 7500, 9000),
-    (3, "gemv", 8500, 9500, -1, -1, 11000),
-    (-1, "?", 100, -1, -1, -1, 50000),  # a block no launch claimed: left out
+header = "launch\tname\tgrid\tthreads\tblock\tsm\tstart_ns\twaited_ns\tmark0_ns\tmark1_ns\tmark2_ns\tmark3_ns\tend_ns"
+blocks = [  # launch, name, start, waited, mark0, mark1, mark2, mark3, end (ns; -1: none)
+    (0, "embed", 0, -1, -1, -1, -1, -1, 2000),
+    (1, "gemv", 1000, 3000, 4000, -1, -1, -1, 5000),
+    (1, "gemv", 1500, 3200, -1, -1, -1, -1, 6000),
+    (2, "deltanet_decode_step", 5500, 6500, 7000, -1, 7600, -1, 8000),
+    (2, "deltanet_decode_step", 5600, 6600, 7100, 7500, 8600, 8800, 9000),
+    (3, "gemv", 8500, 9500, -1, -1, -1, -1, 11000),
+    (-1, "?", 100, -1, -1, -1, -1, -1, 50000),  # a block no launch claimed: left out
 ]
 with open(path, "w") as f:
     print(header, file=f)
-    for i, (launch, name, start, waited, m0, m1, end) in enumerate(blocks):
-        print(f"{launch}\t{name}\t2\t256\t{i}\t0\t{start}\t{waited}\t{m0}\t{m1}\t{end}", file=f)
+    for i, (launch, name, start, waited, m0, m1, m2, m3, end) in enumerate(blocks):
+        print(f"{launch}\t{name}\t2\t256\t{i}\t0\t{start}\t{waited}\t{m0}\t{m1}\t{m2}\t{m3}\t{end}", file=f)
 
 r = subprocess.run([sys.executable, script, path, "--launches"], capture_output=True, text=True, timeout=60)
 failures = []
@@ -40,12 +40,15 @@ def check(ok, what, detail=""):
 
 check(r.returncode == 0, "exit status 0", r.stderr)
 out = r.stdout
-# first start, start, last start, waited, last waited, mark0, mark1, end, last end, own (µs)
+# first start, start, last start, waited, last waited, mark0 .. mark3, end, last end, own (µs)
 rows = {
-    "embed": "| 0 | embed | 1 | 0.00 | 0.00 | 0.00 | nan | nan | nan | nan | 2.00 | 2.00 | 2.00 |",
-    "input stack": "| 1 | DeltaNet input stack | 2 | -1.00 | -0.75 | -0.50 | 1.10 | 1.20 | 2.00 | nan | 3.50 | 4.00 | 4.00 |",
-    "step": "| 2 | deltanet_decode_step | 2 | -0.50 | -0.45 | -0.40 | 0.55 | 0.60 | 1.05 | 1.50 | 2.50 | 3.00 | 3.00 |",
-    "output projection": "| 3 | DeltaNet output projection | 1 | -0.50 | -0.50 | -0.50 | 0.50 | 0.50 | nan | nan | 2.00 | 2.00 | 2.00 |",
+    "embed": "| 0 | embed | 1 | 0.00 | 0.00 | 0.00 | nan | nan | nan | nan | nan | nan | 2.00 | 2.00 | 2.00 |",
+    "input stack": "| 1 | DeltaNet input stack | 2 | -1.00 | -0.75 | -0.50 | 1.10 | 1.20 | 2.00 | nan | nan | nan "
+                   "| 3.50 | 4.00 | 4.00 |",
+    "step": "| 2 | deltanet_decode_step | 2 | -0.50 | -0.45 | -0.40 | 0.55 | 0.60 | 1.05 | 1.50 | 2.10 | 2.80 "
+            "| 2.50 | 3.00 | 3.00 |",
+    "output projection": "| 3 | DeltaNet output projection | 1 | -0.50 | -0.50 | -0.50 | 0.50 | 0.50 | nan | nan | nan "
+                         "| nan | 2.00 | 2.00 | 2.00 |",
 }
 for what, line in rows.items():
     check(line in out, f"the {what}'s row", out)

@@ -328,6 +328,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const int p = static_cast<int>(blockIdx.y);
   gate_up_rows<F, A>(
       a, sub_in, p, 3 * expert, blockIdx.x, smem, false, [] {}, factor);
+  block_trace_mark<2>();  // the last warp's gate|up rows done
   __syncthreads();  // every row of the block written, and its staging read
   if (threadIdx.x == 0) add_release(a.sync, 1);
   block_trace_mark<0>();  // (block_trace.cuh: the first warp's; every later mark 0 comes after)
@@ -368,6 +369,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
             if (!waited) {
               wait_for_previous_kernel();  // the router's launch: the shared expert's act
               if (lane == 0) wait_until_at_least(a.sync, (seen + 1) * blocks);
+              block_trace_mark<3>();  // the last warp to see every gate|up block counted
               waited = true;
             }
             __syncwarp();  // also: the warp's last slot is done with xs
