@@ -3,7 +3,7 @@
 -DQWICK_BLOCK_TRACE=ON build writes (src/kernels/block_trace.h):
 
     QWICK_BLOCK_TRACE=blocks.tsv qwick bench ...      (the file holds the last decode step)
-    tools/block_trace_summary.py blocks.tsv [--launches]
+    tools/block_trace_summary.py blocks.tsv [--launches] [--blocks ROLE]
 
 Times are µs after the previous launch's last block ended (negative: before it). Per launch: its
 blocks' first, median and last start (how early they became resident), the median and last first
@@ -11,7 +11,10 @@ wait (griddepcontrol.wait returning), the median of the four marks a kernel may 
 (block_trace_mark: a point inside its work, e.g. after staging; marks 0 and 1 when the block's first warp
 got there, 2 and 3 when its last did), the median and last end, and its own
 time (last end after the previous last end). The table gives, per role (the kernel and where it sits in its layer), the median
-of each over the layers; --launches also prints every launch.
+of each over the layers; --launches also prints every launch; --blocks ROLE the spread over the blocks of
+that role's launches (every block of every such launch, each against its own launch's previous end):
+minimum, 10th percentile, median, 90th percentile and maximum of each time, e.g. how unevenly a kernel's
+blocks leave the GPU for the next one.
 """
 import csv
 import statistics
@@ -47,7 +50,32 @@ def roles(names):
     return out
 
 
-def main(path, every):
+# A block's times as main reads them, in this order.
+TIMES = ("start", "waited", "end", "mark0", "mark1", "mark2", "mark3")
+
+
+def quantile(ts, p):
+    """The p-quantile of sorted ts, interpolated between the two nearest (p 0.5: statistics.median)."""
+    at = p * (len(ts) - 1)
+    lo = int(at)
+    hi = min(lo + 1, len(ts) - 1)
+    return ts[lo] + (ts[hi] - ts[lo]) * (at - lo)
+
+
+def print_block_spread(role, spread, launches):
+    plural = "" if launches == 1 else "es"
+    print(f"\nBlocks of {role} ({launches} launch{plural}, {len(spread['start'])} blocks), µs after the "
+          "previous launch's last block ended:\n")
+    print("| time | blocks | min | p10 | median | p90 | max |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name in [t for t in TIMES if t != "end"] + ["end"]:
+        ts = sorted(spread[name])
+        if ts:
+            cells = " | ".join(f"{quantile(ts, p):.2f}" for p in (0, 0.1, 0.5, 0.9, 1))
+            print(f"| {name} | {len(ts)} | {cells} |")
+
+
+def main(path, every, spread_role=None):
     launches = {}
     with open(path) as f:
         for r in csv.DictReader(f, delimiter="\t"):
@@ -62,6 +90,7 @@ def main(path, every):
     role_of = roles(names)
     prev_end = None
     rows = []
+    spread = {k: [] for k in TIMES}  # (--blocks) every time of the role's blocks
     for j, role in zip(order, role_of):
         b = launches[j]["blocks"]
         starts = sorted(x[0] for x in b)
@@ -81,6 +110,11 @@ def main(path, every):
         }
         row["own"] = row["last end"]
         rows.append(row)
+        if role == spread_role:
+            for x in b:
+                for name, t in zip(TIMES, x):
+                    if t >= 0:
+                        spread[name].append(us(t))
         prev_end = ends[-1] if prev_end is None else max(prev_end, ends[-1])
     cols = ["first start", "start", "last start", "waited", "last waited", "mark0", "mark1", "mark2", "mark3",
             "end", "last end", "own"]
@@ -103,10 +137,23 @@ def main(path, every):
         med = {c: statistics.median(r[c] for r in rs) for c in cols}  # nan where no block marked
         print(f"| {role} | {len(rs)} | {rs[0]['blocks']} | " + " | ".join(f"{med[c]:.2f}" for c in cols) +
               f" | {sum(r['own'] for r in rs):.1f} |")
+    if spread_role is not None:
+        if spread_role not in by_role:
+            sys.exit(f"block_trace_summary.py: no launch has the role {spread_role!r} "
+                     f"(roles: {', '.join(sorted(by_role))})")
+        print_block_spread(spread_role, spread, len(by_role[spread_role]))
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--launches"]
+    argv = sys.argv[1:]
+    spread_role = None
+    if "--blocks" in argv:
+        at = argv.index("--blocks")
+        if at + 1 >= len(argv):
+            sys.exit(__doc__)
+        spread_role = argv[at + 1]
+        del argv[at:at + 2]
+    args = [a for a in argv if a != "--launches"]
     if len(args) != 1:
         sys.exit(__doc__)
-    main(args[0], "--launches" in sys.argv[1:])
+    main(args[0], "--launches" in argv, spread_role)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """tools/block_trace_summary.py on a hand-made trace of four launches (an embedding, a GEMV before the
 DeltaNet step, the step, a GEMV after it): each launch's times after the previous launch's last block
-ended, the GEMVs' roles taken from their neighbours, the marks (none: nan), the step's total, and the
-medians per role.
+ended, the GEMVs' roles taken from their neighbours, the marks (none: nan), the step's total, the
+medians per role, and one role's spread over its blocks (--blocks).
 
   block_trace_summary_test.py SUMMARY_SCRIPT SCRATCH_DIR
 """
@@ -55,6 +55,24 @@ for what, line in rows.items():
 check("Step: 4 launches, 11.0 µs" in out, "the step's launches and time", out)
 check("| DeltaNet input stack | 1 | 2 |" in out and out.count("| DeltaNet output projection |") == 2,
       "a row per role in the medians", out)
+
+# --blocks: the step's two blocks, each time's minimum, 10th percentile, median, 90th percentile and
+# maximum (interpolated between the two), a time only one block marked as that block's.
+r = subprocess.run([sys.executable, script, path, "--blocks", "deltanet_decode_step"], capture_output=True,
+                   text=True, timeout=60)
+check(r.returncode == 0, "--blocks: exit status 0", r.stderr)
+out = r.stdout
+check("Blocks of deltanet_decode_step (1 launch, 2 blocks)" in out, "--blocks: the title", out)
+for line in ("| start | 2 | -0.50 | -0.49 | -0.45 | -0.41 | -0.40 |",
+             "| waited | 2 | 0.50 | 0.51 | 0.55 | 0.59 | 0.60 |",
+             "| mark1 | 1 | 1.50 | 1.50 | 1.50 | 1.50 | 1.50 |",
+             "| mark2 | 2 | 1.60 | 1.70 | 2.10 | 2.50 | 2.60 |",
+             "| end | 2 | 2.00 | 2.10 | 2.50 | 2.90 | 3.00 |"):
+    check(line in out, f"--blocks: {line.split('|')[1].strip()}", out)
+r = subprocess.run([sys.executable, script, path, "--blocks", "moe experts"], capture_output=True, text=True,
+                   timeout=60)
+check(r.returncode != 0 and "no launch has the role 'moe experts'" in r.stderr and "embed" in r.stderr,
+      "--blocks with an unknown role: an error naming the roles", r.stderr)
 
 r = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=60)
 check(r.returncode != 0 and "block_trace_summary.py" in r.stderr, "no file: the usage, and an error", r.stderr)
