@@ -16,6 +16,7 @@ that role's launches (every block of every such launch, each against its own lau
 minimum, 10th percentile, median, 90th percentile and maximum of each time, e.g. how unevenly a kernel's
 blocks leave the GPU for the next one.
 """
+import argparse
 import csv
 import statistics
 import sys
@@ -50,8 +51,8 @@ def roles(names):
     return out
 
 
-# A block's times as main reads them, in this order.
-TIMES = ("start", "waited", "end", "mark0", "mark1", "mark2", "mark3")
+# A block's times (the TSV's NAME_ns columns) as main reads them, in this order.
+TIMES = ("start", "waited", "mark0", "mark1", "mark2", "mark3", "end")
 
 
 def quantile(ts, p):
@@ -68,7 +69,7 @@ def print_block_spread(role, spread, launches):
           "previous launch's last block ended:\n")
     print("| time | blocks | min | p10 | median | p90 | max |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for name in [t for t in TIMES if t != "end"] + ["end"]:
+    for name in TIMES:
         ts = sorted(spread[name])
         if ts:
             cells = " | ".join(f"{quantile(ts, p):.2f}" for p in (0, 0.1, 0.5, 0.9, 1))
@@ -83,8 +84,7 @@ def main(path, every, spread_role=None):
             if j < 0:
                 continue
             launches.setdefault(j, {"name": r["name"], "blocks": []})["blocks"].append(
-                (int(r["start_ns"]), int(r["waited_ns"]), int(r["end_ns"]),
-                 *(int(r[f"mark{i}_ns"]) for i in range(4))))
+                tuple(int(r[f"{t}_ns"]) for t in TIMES))
     order = sorted(launches)
     names = [launches[j]["name"] for j in order]
     role_of = roles(names)
@@ -95,8 +95,8 @@ def main(path, every, spread_role=None):
         b = launches[j]["blocks"]
         starts = sorted(x[0] for x in b)
         waits = sorted(x[1] for x in b if x[1] >= 0)
-        ends = sorted(x[2] for x in b)
-        marks = [sorted(x[k] for x in b if x[k] >= 0) for k in range(3, 7)]
+        ends = sorted(x[6] for x in b)
+        marks = [sorted(x[k] for x in b if x[k] >= 0) for k in range(2, 6)]
         base = prev_end if prev_end is not None else starts[0]
         us = lambda t: (t - base) / 1000.0
         median_us = lambda ts: us(statistics.median(ts)) if ts else float("nan")
@@ -128,6 +128,9 @@ def main(path, every, spread_role=None):
     by_role = {}
     for r in rows:
         by_role.setdefault(r["role"], []).append(r)
+    if spread_role is not None and spread_role not in by_role:
+        sys.exit(f"block_trace_summary.py: no launch has the role {spread_role!r} "
+                 f"(roles: {', '.join(sorted(by_role))})")
     total = sum(r["own"] for r in rows)
     print(f"Step: {len(rows)} launches, {total:.1f} µs from the first block's start to the last block's end.")
     print("Medians over each role's launches, µs after the previous launch's last block ended:\n")
@@ -138,22 +141,13 @@ def main(path, every, spread_role=None):
         print(f"| {role} | {len(rs)} | {rs[0]['blocks']} | " + " | ".join(f"{med[c]:.2f}" for c in cols) +
               f" | {sum(r['own'] for r in rs):.1f} |")
     if spread_role is not None:
-        if spread_role not in by_role:
-            sys.exit(f"block_trace_summary.py: no launch has the role {spread_role!r} "
-                     f"(roles: {', '.join(sorted(by_role))})")
         print_block_spread(spread_role, spread, len(by_role[spread_role]))
 
 
 if __name__ == "__main__":
-    argv = sys.argv[1:]
-    spread_role = None
-    if "--blocks" in argv:
-        at = argv.index("--blocks")
-        if at + 1 >= len(argv):
-            sys.exit(__doc__)
-        spread_role = argv[at + 1]
-        del argv[at:at + 2]
-    args = [a for a in argv if a != "--launches"]
-    if len(args) != 1:
-        sys.exit(__doc__)
-    main(args[0], "--launches" in argv, spread_role)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("trace", help="the TSV a -DQWICK_BLOCK_TRACE=ON build wrote")
+    p.add_argument("--launches", action="store_true", help="also print every launch")
+    p.add_argument("--blocks", metavar="ROLE", help="the spread over that role's blocks")
+    a = p.parse_args()
+    main(a.trace, a.launches, a.blocks)
