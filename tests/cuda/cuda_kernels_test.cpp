@@ -1042,7 +1042,7 @@ TEST(Moe, DecodeMatchesCpu) {
     DeviceArray<float> logits(static_cast<size_t>(E + 1)), weights(static_cast<size_t>(k)),
         act(static_cast<size_t>((k + 1) * I));
     DeviceArray<int32_t> ids(static_cast<size_t>(k)), counter(std::vector<int32_t>{0});
-    DeviceArray<unsigned long long> sync(std::vector<unsigned long long>(cuda::moe_sync_words(k), 0));
+    DeviceArray<unsigned long long> sync(std::vector<unsigned long long>(cuda::kMoeSyncWords, 0));
     unsigned long long one_pass_calls = 0;
     for (int round = 0; round < 6; ++round) {
       // rounds 2, 3: int8 activations; 4, 5: int16 (4-bit experts only)
@@ -1109,6 +1109,7 @@ TEST(Moe, DecodeMatchesCpu) {
       a.x = dx_one_pass.data();
       a.sync = sync.data();
       for (int call = 0; call < 2; ++call) {  // the second from the first's output, so the counters move on
+        ids.poison();  // (the one-pass launch's first block writes the routing it took)
         cuda::moe_decode(a, nullptr);
         ++one_pass_calls;
         if (call != 0) continue;
@@ -1122,17 +1123,13 @@ TEST(Moe, DecodeMatchesCpu) {
         EXPECT_LT(rel_err(d_one, d_got), q8 ? 1e-2 : i16 ? 1e-4 : 1e-5);
         EXPECT_LT(rel_err(d_one, d_want), bound);
       }
-      // Every one-pass block counted itself once a call, and each call published one routing word a slot
-      // (the one-pass launch ran), the last call's holding the experts of this round's second call.
+      // Every one-pass block counted itself once a call (the one-pass launch ran), and so did every
+      // block of the router's launch that writes logits.
       const auto counts = sync.download();
       EXPECT_GT(counts[0], 0u);
       EXPECT_EQ(counts[0] % one_pass_calls, 0u);
-      const auto second = ids.download();
-      for (int j = 0; j < k; ++j) {
-        EXPECT_EQ(counts[static_cast<size_t>(1 + j)] >> 32, one_pass_calls);
-        EXPECT_EQ(static_cast<int32_t>(counts[static_cast<size_t>(1 + j)] & 0xffffffffu),
-                  second[static_cast<size_t>(j)]);
-      }
+      EXPECT_GT(counts[1], 0u);
+      EXPECT_EQ(counts[1] % one_pass_calls, 0u);
     }
   }
 }

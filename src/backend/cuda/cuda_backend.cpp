@@ -54,7 +54,7 @@ struct DecodeScratch {
   float *q, *partial, *att_out;                     // attention
   float* router;                                    // [E + 1]: router logits, then the shared gate logit
   int32_t* route_counter;                           // [1] the fused router's block count (moe_decode)
-  unsigned long long* moe_sync;  // [layers][moe_sync_words(k)]: layer L's MoeDecodeArgs::sync
+  unsigned long long* moe_sync;  // [layers][kMoeSyncWords]: layer L's MoeDecodeArgs::sync
   int32_t *ids, *gate_up_index, *down_index;
   float *weights, *gate_up, *act, *down;
   float* logits;                       // [V]
@@ -421,7 +421,7 @@ class CudaBackend final : public Backend {
       d_.att_out = c.take<float>(u(nq_hd));
       d_.router = c.take<float>(u(E + 1));
       d_.route_counter = c.take<int32_t>(1);
-      d_.moe_sync = c.take<unsigned long long>(u(moe_sync_words(k) * cfg_.n_layers()));
+      d_.moe_sync = c.take<unsigned long long>(u(kMoeSyncWords * cfg_.n_layers()));
       d_.ids = c.take<int32_t>(u(k));
       d_.gate_up_index = c.take<int32_t>(u(2 * k + 2));
       d_.down_index = c.take<int32_t>(u(k + 1));
@@ -443,7 +443,7 @@ class CudaBackend final : public Backend {
     check(cudaMemsetAsync(d_.route_counter, 0, sizeof(int32_t), stream_), "route counter");
     check(cudaMemsetAsync(
               d_.moe_sync, 0,
-              sizeof(unsigned long long) * static_cast<size_t>(moe_sync_words(k) * cfg_.n_layers()), stream_),
+              sizeof(unsigned long long) * static_cast<size_t>(kMoeSyncWords * cfg_.n_layers()), stream_),
           "moe counters");
     check(
         cudaMemsetAsync(d_.dn_readers, 0, sizeof(int32_t) * static_cast<size_t>(cfg_.lin_n_k_heads), stream_),
@@ -873,7 +873,7 @@ class CudaBackend final : public Backend {
     a.ids = d_.ids;
     a.weights = d_.weights;
     a.counter = d_.route_counter;
-    a.sync = moe_one_pass_ ? d_.moe_sync + moe_sync_words(a.k) * L : nullptr;
+    a.sync = moe_one_pass_ ? d_.moe_sync + kMoeSyncWords * L : nullptr;
     a.spread_shared = spread_shared_;
     a.act = d_.act;
     a.q8 = q8_ && w.expert_format == WeightFormat::kAffine4 && w.expert_group_size % 64 == 0 &&

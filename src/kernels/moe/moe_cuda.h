@@ -59,7 +59,7 @@ void swiglu(const float* gate, const float* up, int64_t ld_in, int64_t rows, int
 // The decode MoE of one token in three kernels (two with MoeDecodeArgs::sync), the glue fused into the
 // matrix-vector products (moe_decode_cuda.cu, on the gemv core of matmul/gemv_core.cuh):
 //   router   logits = [router | shared gate] · RMSNorm(x); the last block to finish routes (top-k,
-//            renormalise) into ids / weights
+//            renormalise) into ids / weights, or with `sync` every block of the one-pass launch does
 //   gate_up  per chosen expert and the shared one: act = silu(gate · RMSNorm(x)) · (up · RMSNorm(x)),
 //            gate and up rows read by the same lanes
 //   down     a warp per expert, the block's rows of every expert's down projection; the block adds
@@ -81,11 +81,11 @@ struct MoeDecodeArgs {
   float* weights;    // [k] scratch
   int32_t* counter;  // [1] zero before the first call; the router's last block resets it
   float* act;        // [(k + 1) · I] scratch
-  // [moe_sync_words(k)], zero before the first call, or null: the routed experts' gate|up and the down
+  // [kMoeSyncWords], zero before the first call, or null: the routed experts' gate|up and the down
   // projections in one launch (one_pass_kernel in moe_decode_cuda.cu) where its blocks fit the GPU at
-  // once. [0] counts the one-pass blocks that wrote their gate|up rows; [1 + j] is slot j's routing
-  // word, (epoch << 32) | expert id, the epoch counting the routings published (mod 2^32), so a block
-  // reads its expert with the publication. Given to no other call of a decode step (each layer its own).
+  // once. [0] counts the one-pass blocks that wrote their gate|up rows; [1] the router's blocks that
+  // wrote their logits, after which each one-pass block routes them itself (ids and weights then come
+  // from its first block). Given to no other call of a decode step (each layer its own).
   unsigned long long* sync = nullptr;
   // With sync: the shared expert's down rows one a lane group of every one-pass block, before the wait
   // for the gate|up blocks; false: warp 0 of each block runs them after its routed slot.
@@ -94,9 +94,7 @@ struct MoeDecodeArgs {
   bool i16 = false;      // int16 activations into 4-bit experts (GemvArgs::i16); q8 wins
   bool overlap = false;  // launch_kernel's programmatic dependent launch
 };
-constexpr int64_t moe_sync_words(int64_t k) {
-  return 1 + k;
-}
+inline constexpr int64_t kMoeSyncWords = 2;  // MoeDecodeArgs::sync's
 bool moe_decode_fits(WeightFormat route_format, WeightFormat expert_format, int64_t expert_dim,
                      int64_t shared_dim, int k);
 void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream);

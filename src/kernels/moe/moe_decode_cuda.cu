@@ -13,9 +13,10 @@
 //          every expert's loads are in flight at once); the partial sums meet in shared memory and are
 //          added to x in expert order.
 // one pass gate_up and down as one launch where its blocks all fit the GPU (MoeDecodeArgs::sync): its
-//          blocks stage their input while the router runs, take their slot's expert from the routing word
-//          the router's last block publishes, and the down rows' weights are requested while the gate|up
-//          rows finish; the shared expert's down rows are spread over every warp, ahead of that wait.
+//          blocks stage their input while the router runs, and once every router block has counted
+//          itself each block routes the logits itself (no last router block, no published routing); the
+//          down rows' weights are requested while the gate|up rows finish; the shared expert's down rows
+//          are spread over every warp, ahead of that wait.
 // Test: tests/cuda/cuda_kernels_test.cpp (Moe.DecodeMatchesCpu) against the CPU moe_forward.
 #include <algorithm>
 
@@ -131,17 +132,6 @@ __device__ __forceinline__ void gate_up_block(const MoeDecodeArgs& a, int sub, i
       factor);
 }
 
-// A routing word of MoeDecodeArgs::sync: the epoch (routings published, modulo 2^32) above the expert.
-__device__ __forceinline__ unsigned long long route_word_after(unsigned long long last, int expert) {
-  return (((last >> 32) + 1) << 32) | static_cast<uint32_t>(expert);
-}
-// Spins (one thread) until `word` holds routing `epoch`; returns its expert.
-__device__ __forceinline__ int32_t wait_for_route(const unsigned long long* word, uint32_t epoch) {
-  unsigned long long w;
-  while (static_cast<uint32_t>((w = load_acquire(word)) >> 32) != epoch) __nanosleep(32);
-  return static_cast<int32_t>(static_cast<uint32_t>(w));
-}
-
 // Blocks [0, router_blocks): router rows; block router_blocks: the shared gate row; the rest: the
 // shared expert's gate|up (RF: the router's format, F: the experts').
 template <WeightFormat RF, WeightFormat F, Act A>
@@ -170,11 +160,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   WeightRow rows[kRouterRows];
   weight_rows<kRouterRows>(m, row_groups(m), row0, rows);
   float factor = 1.0f;
-  unsigned long long route_word = 0;  // (with a.sync) warp 0's lanes j < k: slot j's last routing word
   auto stage = [&] {
     wait_for_previous_kernel();
     if (trigger_after_wait) let_next_kernel_start();
-    if (a.sync && warp == 0 && lane < a.k) route_word = __ldcg(a.sync + 1 + lane);
     factor = stage_norm<E>(a.x, a.norm_weight, a.eps, a.H, xs, xs + staged_floats<E>(a.H));
     __syncthreads();
   };
@@ -186,19 +174,19 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     for (int r = 0; r < kRouterRows; ++r)
       if (row0 + r < m.rows) out[row0 + r] = factor * acc[r];
   }
+  __syncthreads();
+  if (a.sync) {  // count the block (after the barrier, its release orders the block's logits before it)
+    if (threadIdx.x == 0) add_release(a.sync + 1, 1);
+    return;
+  }
   // The last router block to get here sees every block's logits: count (thread 0's acquire-release add
   // orders the block's writes before it and the others' before this block's reads), and route from L2.
   __shared__ bool last;
-  __syncthreads();
   if (threadIdx.x == 0) last = add_acq_rel(a.counter, 1) == router_blocks;
   __syncthreads();
   if (!last) return;
   if (warp == 0) {
-    const int mine = route_one<true>(a.logits, a.E, a.k, a.ids, a.weights);
-    if (a.sync) {    // publish slot j's expert with the next epoch; the experts' kernel may read it
-      __syncwarp();  // every lane's ids and weights written before any lane's release
-      if (lane < a.k) store_release(a.sync + 1 + lane, route_word_after(route_word, mine));
-    }
+    route_one<true>(a.logits, a.E, a.k, a.ids, a.weights);
     block_trace_mark<1>();
   }
   if (threadIdx.x == 0) *a.counter = 0;
@@ -215,23 +203,25 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gate_up_kernel(const MoeDecode
 
 // Expert slot t's down rows row0 .. row0 + R - 1 (those of the calling lane group), weighted by
 // the slot's coefficient, into partial[0 .. R) (lane 0 of the group; a null partial: a lane group
-// without rows, which still takes part in the warp's staging). The warp's
+// without rows, which still takes part in the warp's staging). `ids` and `weights`: the routing (the
+// router's, or the one-pass block's own in shared memory). The warp's
 // staged input is at xs in A's form (Act::kQ8: f32, then its int8 form after it); `stage` as dot_rows's, run
 // once when `first`, fills it from act row t. U: chunks per lane in flight (each row's sum is the same for
 // any U).
 template <WeightFormat F, Act A, int U, int R = kRows, class Stage>
-__device__ __forceinline__ void down_rows(const MoeDecodeArgs& a, int sub, int lane_g, int t, int64_t row0,
-                                          float* xs, bool first, Stage&& stage, float* partial) {
+__device__ __forceinline__ void down_rows(const MoeDecodeArgs& a, const int32_t* ids, const float* weights, int sub,
+                                          int lane_g, int t, int64_t row0, float* xs, bool first, Stage&& stage,
+                                          float* partial) {
   constexpr int E = elems<F>();
-  // The routing from L2: one_pass_kernel reads it before waiting for the router's launch.
-  const DeviceMatrix m = a.experts[t < a.k ? 3 * __ldcg(a.ids + t) + 2 : 3 * a.E + 2];
+  const DeviceMatrix m = a.experts[t < a.k ? 3 * ids[t] + 2 : 3 * a.E + 2];
   WeightRow rows[R];
   weight_rows<R>(m, row_groups(m), row0, rows);
   const uint8_t* xq = reinterpret_cast<const uint8_t*>(xs + staged_floats<E>(a.I));
   float acc[R];
   dot_rows<F, R, U, A>(rows, m.cols / E, m.group_size, sub, lane_g,
                        A == Act::kQ8 ? static_cast<const void*>(xq) : xs, first, stage, acc);
-  const float coef = t < a.k ? __ldcg(a.weights + t) : sigmoidf_(__ldcg(a.logits + a.E));
+  // (the shared gate's logit from L2: one_pass_kernel reads it before waiting for the router's launch)
+  const float coef = t < a.k ? weights[t] : sigmoidf_(__ldcg(a.logits + a.E));
   if (lane_g == 0 && partial) {
 #pragma unroll
     for (int r = 0; r < R; ++r) partial[r] = coef * acc[r];
@@ -283,7 +273,7 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
   for (int s = 0; s < kDownSteps; ++s) {
     const int64_t row_in_block = s * rows_per_step + int64_t{group} * kRows;
     down_rows<F, kDownAct<A>, kUnroll>(
-        a, sub, lane_g, j, blockIdx.x * rows_per_block + row_in_block, xs, s == 0,
+        a, a.ids, a.weights, sub, lane_g, j, blockIdx.x * rows_per_block + row_in_block, xs, s == 0,
         [&] { stage_down_input<F, kDownAct<A>>(a, j, xs); }, partial + j * rows_per_block + row_in_block);
   }
   __syncthreads();
@@ -294,8 +284,10 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
 // rows' weights are requested while the gate|up blocks finish, and no launch separates the two:
 //   1. the block stages RMSNorm(x) before anything else: x is complete (the router's launch lets this
 //      one start only once it has waited for the kernel before it);
-//   2. thread 0 waits for the router's last block to publish its slot's expert (sync[1 + slot] reaching
-//      the epoch after the launches this kernel had seen, sync[0] / blocks), then the block runs its
+//   2. thread 0 waits for every block of the router's launch to count itself (sync[1] reaching
+//      router_blocks for each launch this kernel had seen, sync[0] / blocks, and this one); warp 0 then
+//      routes the logits itself (the same route_one as the router's last block without a.sync, so no
+//      block of the router publishes the routing and none waits for its count), the block runs its
 //      gate|up rows as gate_up_kernel's, and adds itself to sync[0];
 //   3. the block takes row blocks id, id + blocks, ... of the down projections. With
 //      MoeDecodeArgs::spread_shared each lane group first computes one of the block's shared-expert
@@ -307,35 +299,43 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
 // for all of step 2. Each row's sums are down_kernel's, in the same order.
 template <WeightFormat F, Act A>
 __global__ void __launch_bounds__(kWarps * 32, 2)
-    one_pass_kernel(const MoeDecodeArgs a, int sub_in, int sub_down) {
+    one_pass_kernel(const MoeDecodeArgs a, int sub_in, int sub_down, unsigned router_blocks) {
   QWICK_TRACE_BLOCK();
   constexpr int E = elems<F>();
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   __shared__ unsigned long long seen;  // sync[0] / blocks: launches of this kernel before this one
-  __shared__ int32_t expert;           // the expert of this block's slot
+  __shared__ int32_t slot_ids[kMaxDownWarps];  // the block's own routing (k < kMaxDownWarps)
+  __shared__ float slot_weights[kMaxDownWarps];
   let_next_kernel_start();
   const unsigned long long blocks = static_cast<unsigned long long>(gridDim.x) * gridDim.y;
   const float factor = stage_gate_up_input<F, A, true>(a, smem);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     // The last launch with these counters has ended (the router's launch let this one start only after
     // its own wait), and this launch's blocks have added fewer than `blocks`: this one has not.
     seen = atomicAdd(a.sync, 0ull) / blocks;
-    expert = wait_for_route(a.sync + 1 + blockIdx.y, static_cast<uint32_t>(seen + 1));
+    wait_until_at_least(a.sync + 1, (seen + 1) * router_blocks);
+  }
+  __syncthreads();  // (the logits are visible past the acquire: read from L2 below)
+  if (warp == 0) {
+    route_one<true>(a.logits, a.E, a.k, slot_ids, slot_weights);
+    __syncwarp();
+    if (blockIdx.x == 0 && blockIdx.y == 0 && lane < a.k)  // the step's routing, for whoever reads it
+      a.ids[lane] = slot_ids[lane], a.weights[lane] = slot_weights[lane];
     block_trace_mark<1>();
   }
-  __syncthreads();  // (the routing is visible past the acquire: ids and weights are read from L2 below)
+  __syncthreads();
   const int p = static_cast<int>(blockIdx.y);
   gate_up_rows<F, A>(
-      a, sub_in, p, 3 * expert, blockIdx.x, smem, false, [] {}, factor);
+      a, sub_in, p, 3 * slot_ids[p], blockIdx.x, smem, false, [] {}, factor);
   block_trace_mark<2>();  // the last warp's gate|up rows done
   __syncthreads();  // every row of the block written, and its staging read
   if (threadIdx.x == 0) add_release(a.sync, 1);
   block_trace_mark<0>();  // (block_trace.cuh: the first warp's; every later mark 0 comes after)
 
   const LaneGroups lanes = lane_groups(sub_down);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lanes.group(lane),
-            lane_g = lanes.index(lane);
+  const int group = lanes.group(lane), lane_g = lanes.index(lane);
   const int64_t rows = int64_t{lanes.per_warp()} * kRows;  // per row block
   float* xs = smem + warp * down_warp_floats<E, kDownAct<A>>(a.I);
   float* partial = smem + kWarps * down_warp_floats<E, kDownAct<A>>(a.I);  // [k + 1][rows]
@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const int64_t j = warp + int64_t{kWarps} * group;
     const bool mine = j < rows;
     down_rows<F, kDownAct<A>, 1, 1>(
-        a, sub_down, lane_g, a.k, mine ? rb * rows + j : -1, xs, true,
+        a, slot_ids, slot_weights, sub_down, lane_g, a.k, mine ? rb * rows + j : -1, xs, true,
         [&] {
           wait_for_previous_kernel();  // the router's launch
           __syncwarp();                // the warp's last slot is done with xs
@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       // One chunk a lane in flight: the real shape's 16 chunks a row are one per lane of its 16, and
       // a second slot's registers spilled at the launch's 128.
       down_rows<F, kDownAct<A>, 1>(
-          a, sub_down, lane_g, t, rb * rows + int64_t{group} * kRows, xs, true,
+          a, slot_ids, slot_weights, sub_down, lane_g, t, rb * rows + int64_t{group} * kRows, xs, true,
           [&] {
             if (!waited) {
               wait_for_previous_kernel();  // the router's launch: the shared expert's act
@@ -398,8 +398,9 @@ unsigned gate_up_blocks(const MoeDecodeArgs& a, int sub) {
   return blocks_for(a.I, kWarps * (32 / sub) * (kRows / 2));
 }
 
+// Returns the blocks that count themselves in sync[1] (with a.sync): the router rows' and the shared gate's.
 template <WeightFormat RF, WeightFormat F, Act A>
-void launch_router(const MoeDecodeArgs& a, cudaStream_t stream) {
+unsigned launch_router(const MoeDecodeArgs& a, cudaStream_t stream) {
   constexpr int E = elems<RF>();
   const int sub = gemv_group_lanes(a.H / E), sub_experts = gemv_group_lanes(a.H / elems<F>());
   const int rows_per_block = kWarps * (32 / sub) * kRouterRows;
@@ -408,6 +409,7 @@ void launch_router(const MoeDecodeArgs& a, cudaStream_t stream) {
                                 sizeof(float) * static_cast<size_t>(a.E), gate_up_smem<F, A>(a.H)});
   launch_kernel(router_kernel<RF, F, A>, dim3(router_blocks + 1 + gate_up_blocks<F>(a, sub_experts)),
                 dim3(kWarps * 32), smem, stream, a.overlap, "moe router", a, sub, router_blocks, sub_experts);
+  return static_cast<unsigned>(router_blocks + 1);
 }
 
 template <WeightFormat F, Act A>
@@ -455,12 +457,13 @@ OnePass one_pass(const MoeDecodeArgs& a) {
 template <WeightFormat F, Act A>
 void launch_all(MoeDecodeArgs a, cudaStream_t stream) {
   const OnePass o = a.sync ? one_pass<F, A>(a) : OnePass{};
-  if (!o.fits) a.sync = nullptr;  // the router then publishes no routing words
+  if (!o.fits) a.sync = nullptr;  // the router's last block then routes
+  unsigned router_blocks = 0;
   with_device_format(a.route_format, "moe_decode: router weights must be affine 4/8-bit or bf16",
-                     [&](auto rf) { launch_router<rf.value, F, A>(a, stream); });
+                     [&](auto rf) { router_blocks = launch_router<rf.value, F, A>(a, stream); });
   if (o.fits)
     launch_kernel(one_pass_kernel<F, A>, o.grid, dim3(kWarps * 32), o.smem, stream, a.overlap, "moe experts",
-                  a, o.sub_in, o.sub_down);
+                  a, o.sub_in, o.sub_down, router_blocks);
   else
     launch_experts<F, A>(a, stream);
 }

@@ -1,5 +1,5 @@
 // Top-k routing of one token by one warp, shared by the prefill router (moe_cuda.cu) and the decode
-// router's last block (moe_decode_cuda.cu).
+// MoE (moe_decode_cuda.cu: each one-pass block, or the router's last block).
 #pragma once
 
 #include "kernels/cuda_common.cuh"
@@ -53,8 +53,8 @@ __device__ inline int route_one_lanes(const float* logits, int E, int k, int32_t
 }
 
 // E ≤ 32 · kMaxExpertsPerLane. Eight candidates a lane up to 256 experts (the model's): each of the k
-// rounds then scans half the registers (the decode router's last block runs this as the MoE's
-// serial tail).
+// rounds then scans half the registers (in decode every one-pass MoE block, or the router's last
+// block, runs this as the MoE's serial tail).
 template <bool kL2 = false>
 __device__ inline int route_one(const float* logits, int E, int k, int32_t* ids, float* weights) {
   if (E <= 32 * 8) return route_one_lanes<8, kL2>(logits, E, k, ids, weights);
