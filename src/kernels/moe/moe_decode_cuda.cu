@@ -2,9 +2,10 @@
 //
 // router   blocks over the E router rows, then one block for the shared gate row, each staging
 //          RMSNorm(x); each block counts itself in `counter` once its logits are written, and the block
-//          that counts last runs route_one on them from L2, so routing costs no launch of its own. The shared
-//          expert's gate|up blocks (which need no routing) run in the same launch, on the SMs the router
-//          leaves idle.
+//          that counts last runs route_one on them from L2, so routing costs no launch of its own (with
+//          MoeDecodeArgs::sync the blocks count in sync[1] instead and the one-pass blocks route). The
+//          shared expert's gate|up blocks (which need no routing) run in the same launch, on the SMs the
+//          router leaves idle.
 // gate_up  grid (row blocks, k): the routed experts' gate|up, one wave of blocks at the real shape
 //          (with the shared expert too it was 288 blocks for 264 places, and the last 24 ran after
 //          the rest); each block stages RMSNorm(x), a lane group owns two rows of the gate and the
