@@ -95,6 +95,14 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 __device__ __forceinline__ void let_next_kernel_start() {
   asm volatile("griddepcontrol.launch_dependents;");
 }
+// The line holding p requested, without waiting for it, into this SM's L1 (data no kernel writes: L1 is
+// not coherent) or into L2 (data an earlier kernel wrote or a running one may write).
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+}
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
 // Order-preserving map of a float to an unsigned key (larger float, larger key; negative floats
 // reversed below the positive ones), and back: the sampler's cuts and the router's top-k compare keys.
 __device__ __forceinline__ uint32_t ordered_key(float f) {

@@ -371,6 +371,7 @@ __device__ __forceinline__ void z_block(const DeviceMatrix m, const float* x, co
   // The model's 2048 inputs in one round of loads at the block's 128 threads (one at a time took four
   // dependent rounds after the wait, and the z blocks end last in the step's launch).
   auto stage = [&] {
+    if (norm) prefetch_to_l1(norm, m.cols);
     wait_for_previous_kernel();  // the residual comes from the kernel before the input projection
     if (norm)
       factor = stage_norm<E, 4, false, A>(x, norm, eps, m.cols, xs, xs + staged_floats<E>(m.cols));
@@ -420,6 +421,22 @@ __global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)
   float* state = state_rows<EPL>(a.state, a.Dv, a.Dk, h, r0);
   float S[kScanRowsPerWarp][EPL];
   load_rows<EPL>(state, a.Dk, S);
+  // What the reads after the wait take besides the projections, requested before it, so that their
+  // round trips (from DRAM: the step's weights stream through L2 in between) overlap the wait: each
+  // channel's convolution weights and the gate constants into L1 (no kernel writes them), the channel's
+  // window of last step's rows into L2 (this launch's blocks move it on).
+  auto request_channel = [&](int64_t c) {
+    prefetch_l1(a.conv.w + c * K);
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) prefetch_l2(a.conv.state + j * a.conv.C + c);
+  };
+#pragma unroll
+  for (int qk = 0; qk < 2; ++qk)
+#pragma unroll
+    for (int i = 0; i < kQkPerThread; ++i)
+      if (tid + i * kThreads < a.Dk) request_channel(qk * key_dim + int64_t{kh} * a.Dk + tid + i * kThreads);
+  if (tid < kScanRowsPerBlock) request_channel(2 * key_dim + int64_t{h} * a.Dv + j0 + tid);
+  if (tid == 0) prefetch_l1(a.a_neg + h), prefetch_l1(a.dt_bias + h);
 
   wait_for_previous_kernel();  // the projections
 

@@ -88,6 +88,14 @@ __device__ __forceinline__ int64_t staged_at(int64_t i) {
   return i / E * (E + 4) + i % E;
 }
 
+// The n floats at p requested into this SM's L1 by the block, a 128-byte line a thread: constants that a
+// staging reads after its wait (RMSNorm's weights), whose round trip (from DRAM: the step's weights
+// stream through L2 in between) then overlaps the wait instead of following it.
+__device__ __forceinline__ void prefetch_to_l1(const float* p, int64_t n) {
+  for (int64_t i = 32 * static_cast<int64_t>(threadIdx.x); i < n; i += 32 * static_cast<int64_t>(blockDim.x))
+    prefetch_l1(p + i);
+}
+
 // Four inputs; kL2: from L2, past this SM's L1 (data another block of the running kernel wrote, or
 // that a kernel which has not been waited for may have left stale in L1).
 template <bool kL2>

@@ -80,6 +80,8 @@ __global__ void __launch_bounds__(W * 32, kMinBlocks* kWarps / W) gemv_kernel(co
   // bytes at 128 registers), so one at a time there (two rounds); the int16 form's holds no spill.
   constexpr int kNormBatch = kRows == 4 && A != Act::kI16 ? 1 : 2, kPlainBatch = kRows == 4 ? 1 : 4;
   auto stage = [&] {
+    if constexpr (T == Transform::kNorm) prefetch_to_l1(a.norm_weight, m.cols);
+    if constexpr (T == Transform::kGatedNorm) prefetch_to_l1(a.norm_weight, a.head_dim);
     wait();  // x comes from an earlier kernel
     if constexpr (T == Transform::kNorm)
       factor = stage_norm<E, kNormBatch, false, A>(x, a.norm_weight, a.eps, m.cols, xs,

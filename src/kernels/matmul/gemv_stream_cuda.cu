@@ -70,6 +70,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) gemv_stream_kernel(const GemvA
     for (int i = 0; i < kStages; ++i) request(i);  // the weights never depend on an earlier kernel
   }
   let_next_kernel_start();
+  if constexpr (kNorm) prefetch_to_l1(a.norm_weight, m.cols);
   wait_for_previous_kernel();  // x comes from an earlier kernel
 
   // The lane's chunks of the input (x · w for RMSNorm) and their sums, for every row.

@@ -126,7 +126,10 @@ __device__ __forceinline__ void gate_up_block(const MoeDecodeArgs& a, int sub, i
   gate_up_rows<F, A>(
       a, sub, p, 3 * (p < a.k ? a.ids[p] : a.E), block, xs, true,
       [&] {
-        if (!routed) wait_for_previous_kernel();  // x comes from the previous kernel
+        if (!routed) {
+          prefetch_to_l1(a.norm_weight, a.H);
+          wait_for_previous_kernel();  // x comes from the previous kernel
+        }
         if (trigger_after_wait) let_next_kernel_start();
         factor = stage_gate_up_input<F, A>(a, xs);
       },
@@ -162,6 +165,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   weight_rows<kRouterRows>(m, row_groups(m), row0, rows);
   float factor = 1.0f;
   auto stage = [&] {
+    prefetch_to_l1(a.norm_weight, a.H);
     wait_for_previous_kernel();
     if (trigger_after_wait) let_next_kernel_start();
     factor = stage_norm<E>(a.x, a.norm_weight, a.eps, a.H, xs, xs + staged_floats<E>(a.H));
