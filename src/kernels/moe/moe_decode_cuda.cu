@@ -214,9 +214,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gate_up_kernel(const MoeDecode
 // once when `first`, fills it from act row t. U: chunks per lane in flight (each row's sum is the same for
 // any U).
 template <WeightFormat F, Act A, int U, int R = kRows, class Stage>
-__device__ __forceinline__ void down_rows(const MoeDecodeArgs& a, const int32_t* ids, const float* weights, int sub,
-                                          int lane_g, int t, int64_t row0, float* xs, bool first, Stage&& stage,
-                                          float* partial) {
+__device__ __forceinline__ void down_rows(const MoeDecodeArgs& a, const int32_t* ids, const float* weights,
+                                          int sub, int lane_g, int t, int64_t row0, float* xs, bool first,
+                                          Stage&& stage, float* partial) {
   constexpr int E = elems<F>();
   const DeviceMatrix m = a.experts[t < a.k ? 3 * ids[t] + 2 : 3 * a.E + 2];
   WeightRow rows[R];
@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   constexpr int E = elems<F>();
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
-  __shared__ unsigned long long seen;  // sync[0] / blocks: launches of this kernel before this one
+  __shared__ unsigned long long seen;          // sync[0] / blocks: launches of this kernel before this one
   __shared__ int32_t slot_ids[kMaxDownWarps];  // the block's own routing (k < kMaxDownWarps)
   __shared__ float slot_weights[kMaxDownWarps];
   let_next_kernel_start();
@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   gate_up_rows<F, A>(
       a, sub_in, p, 3 * slot_ids[p], blockIdx.x, smem, false, [] {}, factor);
   block_trace_mark<2>();  // the last warp's gate|up rows done
-  __syncthreads();  // every row of the block written, and its staging read
+  __syncthreads();        // every row of the block written, and its staging read
   if (threadIdx.x == 0) add_release(a.sync, 1);
   block_trace_mark<0>();  // (block_trace.cuh: the first warp's; every later mark 0 comes after)
 
