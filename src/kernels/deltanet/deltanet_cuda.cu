@@ -425,37 +425,39 @@ __global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)
   // round trips (from DRAM: the step's weights stream through L2 in between) overlap the wait: each
   // channel's convolution weights and the gate constants into L1 (no kernel writes them), the channel's
   // window of last step's rows into L2 (this launch's blocks move it on).
+  // This thread's q and k channels: f(qk, i, d, channel) for element d = tid + i · kThreads of q (qk 0)
+  // and of k (qk 1) of the key head; and its value channel (tid < kScanRowsPerBlock).
+  auto qk_channels = [&](auto&& f) {
+#pragma unroll
+    for (int qk = 0; qk < 2; ++qk)
+#pragma unroll
+      for (int i = 0; i < kQkPerThread; ++i) {
+        const int d = tid + i * kThreads;
+        if (d < a.Dk) f(qk, i, d, qk * key_dim + int64_t{kh} * a.Dk + d);
+      }
+  };
+  const int64_t v_channel = 2 * key_dim + int64_t{h} * a.Dv + j0 + tid;
   auto request_channel = [&](int64_t c) {
     prefetch_l1(a.conv.w + c * K);
 #pragma unroll
     for (int j = 0; j < K - 1; ++j) prefetch_l2(a.conv.state + j * a.conv.C + c);
   };
-#pragma unroll
-  for (int qk = 0; qk < 2; ++qk)
-#pragma unroll
-    for (int i = 0; i < kQkPerThread; ++i)
-      if (tid + i * kThreads < a.Dk) request_channel(qk * key_dim + int64_t{kh} * a.Dk + tid + i * kThreads);
-  if (tid < kScanRowsPerBlock) request_channel(2 * key_dim + int64_t{h} * a.Dv + j0 + tid);
+  qk_channels([&](int, int, int, int64_t c) { request_channel(c); });
+  if (tid < kScanRowsPerBlock) request_channel(v_channel);
   if (tid == 0) prefetch_l1(a.a_neg + h), prefetch_l1(a.dt_bias + h);
 
   wait_for_previous_kernel();  // the projections
 
   float hist[2][kQkPerThread][K - 1], x[2][kQkPerThread], ss[2] = {0.0f, 0.0f};
-#pragma unroll
-  for (int qk = 0; qk < 2; ++qk)
-#pragma unroll
-    for (int i = 0; i < kQkPerThread; ++i) {
-      const int d = tid + i * kThreads;
-      if (d >= a.Dk) continue;
-      const float v = conv_read<K>(a.conv, qk * key_dim + int64_t{kh} * a.Dk + d, hist[qk][i], x[qk][i]);
-      (qk == 0 ? qs : ks)[d] = v;
-      ss[qk] += v * v;
-    }
+  qk_channels([&](int qk, int i, int d, int64_t c) {
+    const float v = conv_read<K>(a.conv, c, hist[qk][i], x[qk][i]);
+    (qk == 0 ? qs : ks)[d] = v;
+    ss[qk] += v * v;
+  });
   if (tid < kScanRowsPerBlock) {
-    const int64_t c = 2 * key_dim + int64_t{h} * a.Dv + j0 + tid;
     float vh[K - 1], vx;
-    vs[tid] = conv_read<K>(a.conv, c, vh, vx);
-    conv_shift<K>(a.conv, c, vh, vx);
+    vs[tid] = conv_read<K>(a.conv, v_channel, vh, vx);
+    conv_shift<K>(a.conv, v_channel, vh, vx);
   }
   if (tid == 0) gates(a.b[h], a.a[h], a.a_neg[h], a.dt_bias[h], beta_decay[0], beta_decay[1]);
   // block_sum's barriers also order the staging above before the reads below.
@@ -479,13 +481,7 @@ __global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)
   // The last block of the key head to count itself moves its q and k windows on.
   __syncthreads();
   if (!last) return;
-#pragma unroll
-  for (int qk = 0; qk < 2; ++qk)
-#pragma unroll
-    for (int i = 0; i < kQkPerThread; ++i) {
-      const int d = tid + i * kThreads;
-      if (d < a.Dk) conv_shift<K>(a.conv, qk * key_dim + int64_t{kh} * a.Dk + d, hist[qk][i], x[qk][i]);
-    }
+  qk_channels([&](int qk, int i, int, int64_t c) { conv_shift<K>(a.conv, c, hist[qk][i], x[qk][i]); });
   if (tid == 0) a.readers[kh] = 0;
 }
 

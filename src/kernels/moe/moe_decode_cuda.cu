@@ -225,7 +225,7 @@ __device__ __forceinline__ void down_rows(const MoeDecodeArgs& a, const int32_t*
   float acc[R];
   dot_rows<F, R, U, A>(rows, m.cols / E, m.group_size, sub, lane_g,
                        A == Act::kQ8 ? static_cast<const void*>(xq) : xs, first, stage, acc);
-  // (the shared gate's logit from L2: one_pass_kernel reads it before waiting for the router's launch)
+  // (the shared gate's logit from L2: the router's launch wrote it while one_pass_kernel's blocks ran)
   const float coef = t < a.k ? weights[t] : sigmoidf_(__ldcg(a.logits + a.E));
   if (lane_g == 0 && partial) {
 #pragma unroll
