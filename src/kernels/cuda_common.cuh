@@ -139,6 +139,20 @@ __device__ __forceinline__ void store_release(unsigned long long* p, unsigned lo
 __device__ __forceinline__ void wait_until_at_least(const unsigned long long* p, unsigned long long target) {
   while (load_acquire(p) < target) __nanosleep(32);
 }
+// A flag in shared memory by which one thread tells its block what it saw with acquire order: set
+// with release order, read with acquire order at the block's scope (the order then carries over).
+__device__ __forceinline__ void set_block_flag(unsigned* flag) {
+  asm volatile(
+      "st.release.cta.shared.u32 [%0], 1;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(flag)))
+      : "memory");
+}
+__device__ __forceinline__ void wait_for_block_flag(const unsigned* flag) {
+  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(flag));
+  for (unsigned v = 0;; __nanosleep(20)) {
+    asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(v) : "r"(at) : "memory");
+    if (v) return;
+  }
+}
 
 // Both, at a prefill kernel's start: the next kernel's launch then begins once this one's last
 // blocks are resident, and its blocks wait where this one's leave SMs free (no launch gap).

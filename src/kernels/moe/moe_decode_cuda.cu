@@ -17,7 +17,7 @@
 //          blocks stage their input while the router runs, and once every router block has counted
 //          itself each block routes the logits itself (no last router block, no published routing); the
 //          down rows' weights are requested while the gate|up rows finish; the shared expert's down rows
-//          are spread over every warp, ahead of that wait.
+//          are spread over every warp but the one that polls for that wait, ahead of it.
 // Test: tests/cuda/cuda_kernels_test.cpp (Moe.DecodeMatchesCpu) against the CPU moe_forward.
 #include <algorithm>
 
@@ -247,15 +247,17 @@ __device__ __forceinline__ void stage_down_input(const MoeDecodeArgs& a, int t, 
     __syncwarp();
   }
 }
-// The block: x[row0 + i] += Σ_t partial[t · rows + i] in slot order, for i < rows (after a barrier).
+// The block: x[row0 + i] = x_row(i) + Σ_t partial[t · rows + i] in slot order, for i < rows (after a
+// barrier); x_row(i) returns x[row0 + i] (the one-pass kernel's thread i loaded it early).
+template <class XRow>
 __device__ __forceinline__ void add_partials(const MoeDecodeArgs& a, const float* partial, int64_t row0,
-                                             int64_t rows) {
+                                             int64_t rows, XRow&& x_row) {
   for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
     const int64_t row = row0 + i;
     if (row >= a.H) break;
     float sum = 0.0f;
     for (int t = 0; t <= a.k; ++t) sum += partial[t * rows + i];
-    a.x[row] += sum;
+    a.x[row] = x_row(i) + sum;
   }
 }
 
@@ -282,7 +284,8 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
         [&] { stage_down_input<F, kDownAct<A>>(a, j, xs); }, partial + j * rows_per_block + row_in_block);
   }
   __syncthreads();
-  add_partials(a, partial, blockIdx.x * rows_per_block, rows_per_block);
+  const int64_t row0 = blockIdx.x * rows_per_block;
+  add_partials(a, partial, row0, rows_per_block, [&](int64_t i) { return a.x[row0 + i]; });
 }
 
 // The routed experts' gate|up and every expert's down in one launch (MoeDecodeArgs::sync), so the down
@@ -295,11 +298,13 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
 //      block of the router publishes the routing and none waits for its count), the block runs its
 //      gate|up rows as gate_up_kernel's, and adds itself to sync[0];
 //   3. the block takes row blocks id, id + blocks, ... of the down projections. With
-//      MoeDecodeArgs::spread_shared each lane group first computes one of the block's shared-expert
-//      rows (its act is the router's launch's, so this needs only that launch's end), then warp w the
-//      routed slots w, w + kWarps, ...; otherwise warp w takes slots w, w + kWarps, ... of all k + 1,
-//      warp 0 the shared one second, after everything else, as down_kernel's warps. A routed slot's
-//      first weights are requested before the warp waits for every gate|up block (sync[0]).
+//      MoeDecodeArgs::spread_shared each lane group of warps 1 .. kWarps - 1 first computes one of the
+//      block's shared-expert rows (its act is the router's launch's, so this needs only that launch's
+//      end), then warp w the routed slots w, w + kWarps, ...; otherwise warp w takes slots w, w + kWarps,
+//      ... of all k + 1, warp 0 the shared one second, after everything else, as down_kernel's warps. A
+//      routed slot's first weights are requested before the warp waits for every gate|up block
+//      (sync[0]): warp 0 polls the count, the other warps wait on its word in shared memory. The x rows
+//      the block adds to are read with its staging, in step 1.
 // Every block of the grid must be resident at once (one_pass checks it): a block of step 3 waits
 // for all of step 2. Each row's sums are down_kernel's, in the same order.
 template <WeightFormat F, Act A>
@@ -312,9 +317,18 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   __shared__ unsigned long long seen;          // sync[0] / blocks: launches of this kernel before this one
   __shared__ int32_t slot_ids[kMaxDownWarps];  // the block's own routing (k < kMaxDownWarps)
   __shared__ float slot_weights[kMaxDownWarps];
+  __shared__ unsigned counted;  // warp 0 saw every gate|up block counted
   let_next_kernel_start();
   const unsigned long long blocks = static_cast<unsigned long long>(gridDim.x) * gridDim.y;
+  // Thread i's row of x in the block's first row block (x is complete, see 1.), read beside the staging
+  // instead of after the down rows' sums, and kept in shared memory (a register spilled).
+  __shared__ float x_rows[32 * kRows];
+  const unsigned rb0 = blockIdx.y * gridDim.x + blockIdx.x, rows0 = (32u / sub_down) * kRows;
+  const float x0 =
+      threadIdx.x < rows0 && rb0 * rows0 + threadIdx.x < a.H ? __ldcg(a.x + rb0 * rows0 + threadIdx.x) : 0.0f;
+  if (threadIdx.x == 0) counted = 0;
   const float factor = stage_gate_up_input<F, A, true>(a, smem);
+  if (threadIdx.x < rows0) x_rows[threadIdx.x] = x0;  // (arrived with the staging's loads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     // The last launch with these counters has ended (the router's launch let this one start only after
@@ -345,13 +359,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   float* xs = smem + warp * down_warp_floats<E, kDownAct<A>>(a.I);
   float* partial = smem + kWarps * down_warp_floats<E, kDownAct<A>>(a.I);  // [k + 1][rows]
   bool waited = false;
-  // The shared expert's rows of row block rb, one a lane group (row warp + kWarps · group covers the
-  // block's rows: kRows <= kWarps). Warp 0 running them as a second slot after its routed one was
-  // ~2.4 µs of the down phase, and the block's late end kept the next kernel's blocks off its SM.
-  static_assert(kRows <= kWarps, "a lane group's shared row");
+  // The shared expert's rows of row block rb, one a lane group of warps 1 .. kWarps - 1 (row
+  // warp - 1 + (kWarps - 1) · group covers the block's rows: kRows < kWarps); warp 0 polls the count of
+  // gate|up blocks meanwhile. Warp 0 running them as a second slot after its routed one was ~2.4 µs of
+  // the down phase, and the block's late end kept the next kernel's blocks off its SM.
+  static_assert(kRows < kWarps, "a lane group's shared row");
   auto shared_rows = [&](int64_t rb) {
-    if (warp >= rows) return;  // uniform over the warp: no group of it has a row
-    const int64_t j = warp + int64_t{kWarps} * group;
+    if (warp == 0 || warp > rows) return;  // uniform over the warp: no group of it has a row
+    const int64_t j = warp - 1 + int64_t{kWarps - 1} * group;
     const bool mine = j < rows;
     down_rows<F, kDownAct<A>, 1, 1>(
         a, slot_ids, slot_weights, sub_down, lane_g, a.k, mine ? rb * rows + j : -1, xs, true,
@@ -373,7 +388,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
           [&] {
             if (!waited) {
               wait_for_previous_kernel();  // the router's launch: the shared expert's act
-              if (lane == 0) wait_until_at_least(a.sync, (seen + 1) * blocks);
+              // One poller a block, warp 0 (no shared row; slot 0 is always its), instead of one a warp
+              // (2,048 on the counter's line).
+              if (lane == 0) {
+                if (warp == 0) {
+                  wait_until_at_least(a.sync, (seen + 1) * blocks);
+                  set_block_flag(&counted);
+                } else {
+                  wait_for_block_flag(&counted);
+                }
+              }
               block_trace_mark<3>();  // the last warp to see every gate|up block counted
               waited = true;
             }
@@ -383,7 +407,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
           partial + t * rows + int64_t{group} * kRows);
     }
     __syncthreads();
-    add_partials(a, partial, rb * rows, rows);
+    add_partials(a, partial, rb * rows, rows,
+                 [&](int64_t i) { return rb == rb0 ? x_rows[i] : a.x[rb * rows + i]; });
     __syncthreads();
   }
 }
