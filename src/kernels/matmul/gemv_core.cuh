@@ -411,6 +411,17 @@ __device__ __forceinline__ void dot_rows(const WeightRow (&rows)[R], int64_t chu
       }
     }
     if (it == 0 && first) {
+      // The later rounds' weights requested into L1 as well (no kernel writes them): those rounds then
+      // find their chunks there after the wait instead of going to DRAM one after the other, and the
+      // launch ends with no weight loads left in flight (the 4096-column output projections take two
+      // rounds). Not with four rows a group: those instances sit at 128 registers and the addresses
+      // spilled, and the model's four-row stacks have 2048 columns, one round.
+      if constexpr (R <= 2) {
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          if (rows[r].data)
+            for (int c = step + lane_g; c < n_chunks; c += sub) prefetch_l1(rows[r].data + c * 16);
+      }
       stage();
       block_trace_mark<0>();
     }
