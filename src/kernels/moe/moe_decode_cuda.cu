@@ -355,7 +355,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 
   const LaneGroups lanes = lane_groups(sub_down);
   const int group = lanes.group(lane), lane_g = lanes.index(lane);
-  const int64_t rows = int64_t{lanes.per_warp()} * kRows;  // per row block
+  // Per row block (rows0 again: held from the top through the kernel it spilled 40–56 bytes).
+  const int64_t rows = int64_t{lanes.per_warp()} * kRows;
   float* xs = smem + warp * down_warp_floats<E, kDownAct<A>>(a.I);
   float* partial = smem + kWarps * down_warp_floats<E, kDownAct<A>>(a.I);  // [k + 1][rows]
   bool waited = false;
