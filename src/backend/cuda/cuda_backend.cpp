@@ -16,7 +16,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <variant>
+#include <vector>
 
 #include "backend/cuda/cuda_weights.h"
 #include "backend/cuda/stage_timer.h"
@@ -697,6 +700,36 @@ class CudaBackend final : public Backend {
     check(status, "cudaGraphInstantiate");
   }
 
+#ifdef QWICK_DECODE_SKIP
+  // A diagnostic build's decode step leaves out the launches whose names the QWICK_DECODE_SKIP
+  // variable lists (comma separated; the names below), so a run measures what each is worth on the
+  // step's path: its values are wrong, its shapes and other kernels the same (docs/gpu-notes.md,
+  // session 36). The MoE's parts cannot be left out one by one: the one-pass kernel waits for the
+  // router's blocks.
+  static bool skipped(const char* part) {
+    static const std::vector<std::string> names = [] {
+      static constexpr const char* kParts[] = {"qkv",         "prep",          "attention",    "attention-out",
+                                               "deltanet-in", "deltanet-step", "deltanet-out", "moe",
+                                               "lm-head",     "sample"};
+      std::vector<std::string> v;
+      const char* env = std::getenv("QWICK_DECODE_SKIP");
+      for (std::string rest = env ? env : ""; !rest.empty();) {
+        const size_t comma = std::min(rest.find(','), rest.size());
+        v.push_back(rest.substr(0, comma));
+        rest.erase(0, std::min(comma + 1, rest.size()));
+        if (std::find(std::begin(kParts), std::end(kParts), v.back()) == std::end(kParts))
+          fail("QWICK_DECODE_SKIP: unknown launch \"{}\" (known: qkv, prep, attention, attention-out, "
+               "deltanet-in, deltanet-step, deltanet-out, moe, lm-head, sample)",
+               v.back());
+      }
+      return v;
+    }();
+    return std::find(names.begin(), names.end(), part) != names.end();
+  }
+#else
+  static constexpr bool skipped(const char*) { return false; }
+#endif
+
   // Every kernel of one decode step, in order, on stream_. With fusion (the default) each RMSNorm
   // is folded into the projections that read it and the MoE runs as moe_decode's three kernels;
   // without, the norms, routing, SwiGLU and combine are kernels of their own (the ablation baseline).
@@ -721,7 +754,7 @@ class CudaBackend final : public Backend {
           same_format(lw.moe.shared_gate_proj, lw.moe.shared_up) &&
           lw.moe.shared_gate_proj.format == lw.moe.expert_format &&
           lw.moe.shared_down.format == lw.moe.expert_format) {
-        decode_moe_fused(lw, L);
+        if (!skipped("moe")) decode_moe_fused(lw, L);
       } else {
         rms_norm_rows(d_.x, 1, H, lw.post_norm, eps, d_.normed, nullptr, stream_);
         decode_moe(lw.moe);
@@ -729,11 +762,13 @@ class CudaBackend final : public Backend {
     }
     const float* final_norm = fused_norm(weights_.final_norm);
     if (!final_norm) rms_norm_rows(d_.x, 1, H, weights_.final_norm, eps, d_.normed, nullptr, stream_);
-    gemv_one(weights_.lm_head, final_norm ? d_.x : d_.normed, d_.logits, false, final_norm, stream_lm_head_);
-    sample_token(
-        SampleArgs{d_.logits, cfg_.vocab_size, d_.sampling, d_.token, d_.position, d_.sample_partials,
-                   d_.sample_counter, d_.sample_candidates, d_.sample_candidate_counts},
-        stream_);
+    if (!skipped("lm-head"))
+      gemv_one(weights_.lm_head, final_norm ? d_.x : d_.normed, d_.logits, false, final_norm, stream_lm_head_);
+    if (!skipped("sample"))
+      sample_token(
+          SampleArgs{d_.logits, cfg_.vocab_size, d_.sampling, d_.token, d_.position, d_.sample_partials,
+                     d_.sample_counter, d_.sample_candidates, d_.sample_candidate_counts},
+          stream_);
   }
 
   // The norm weight when the projections fuse it (they then read the residual d_.x), else null (an
@@ -749,10 +784,12 @@ class CudaBackend final : public Backend {
     const float* x = mixer_input(input_norm);
     const bool gated = cfg_.attn_output_gate,
                gate_rows = gated && combine_gate_ && attention_gate_rows_fit(w.gate);
-    if (gated && !gate_rows)
-      gemv_stack({w.q, w.k, w.v, w.gate}, w.qkv_table, x, d_.proj, ps, input_norm);
-    else
-      gemv_stack({w.q, w.k, w.v}, w.qkv_table, x, d_.proj, ps, input_norm, gate_rows);
+    if (!skipped("qkv")) {
+      if (gated && !gate_rows)
+        gemv_stack({w.q, w.k, w.v, w.gate}, w.qkv_table, x, d_.proj, ps, input_norm);
+      else
+        gemv_stack({w.q, w.k, w.v}, w.qkv_table, x, d_.proj, ps, input_norm, gate_rows);
+    }
     const auto& [kc, vc] = kv_cache_[static_cast<size_t>(slot)];
     AttentionPrepArgs prep{d_.proj,
                            0,
@@ -777,7 +814,7 @@ class CudaBackend final : public Backend {
                            vc,
                            max_context_,
                            overlap_};
-    attention_prep(prep, stream_);
+    if (!skipped("prep")) attention_prep(prep, stream_);
     AttentionDecodeArgs at{d_.q,
                            kc,
                            vc,
@@ -796,8 +833,8 @@ class CudaBackend final : public Backend {
                            overlap_};
     if (gate_rows)
       at.gate_proj = w.gate, at.gate_x = x, at.gate_norm = input_norm, at.eps = cfg_.rms_norm_eps;
-    attention_decode(at, stream_);
-    gemv_one(w.o, d_.att_out, d_.x, true);
+    if (!skipped("attention")) attention_decode(at, stream_);
+    if (!skipped("attention-out")) gemv_one(w.o, d_.att_out, d_.x, true);
   }
 
   void decode_deltanet(const CudaDeltaNetWeights& w, int slot, const float* input_norm) {
@@ -806,10 +843,12 @@ class CudaBackend final : public Backend {
     float *proj_b = d_.proj + ps, *proj_a = d_.proj + 2 * ps, *proj_z = d_.proj + 3 * ps;
     const bool z_along =
         fuse_ && carry_z_ && !q8_ && deltanet_decode_step_carries_z(cfg_.lin_k_dim, cfg_.conv_kernel, w.z);
-    if (z_along)
-      gemv_stack({w.qkv, w.b, w.a}, w.proj_table, mixer_input(input_norm), d_.proj, ps, input_norm);
-    else
-      gemv_stack({w.qkv, w.b, w.a, w.z}, w.proj_table, mixer_input(input_norm), d_.proj, ps, input_norm);
+    if (!skipped("deltanet-in")) {
+      if (z_along)
+        gemv_stack({w.qkv, w.b, w.a}, w.proj_table, mixer_input(input_norm), d_.proj, ps, input_norm);
+      else
+        gemv_stack({w.qkv, w.b, w.a, w.z}, w.proj_table, mixer_input(input_norm), d_.proj, ps, input_norm);
+    }
     const auto& [conv_state, rec_state] = deltanet_state_[static_cast<size_t>(slot)];
     const DeltaNetConvArgs conv{d_.proj,    0,       1, cfg_.conv_channels(), w.conv, cfg_.conv_kernel,
                                 conv_state, d_.conv, 0};
@@ -825,7 +864,7 @@ class CudaBackend final : public Backend {
         step.z_out = proj_z;
         step.z_i16 = int16_;
       }
-      deltanet_decode_step(step, stream_);
+      if (!skipped("deltanet-step")) deltanet_decode_step(step, stream_);
     } else {
       deltanet_conv(conv, stream_);
       deltanet_prepare({d_.conv, 0, 1, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, proj_b, proj_a,
@@ -846,7 +885,7 @@ class CudaBackend final : public Backend {
       a.y = d_.x;
       a.accumulate = true;
       a.q8 = q8_ && gemv_q8_fits(w.out);
-      gemv(a, stream_);
+      if (!skipped("deltanet-out")) gemv(a, stream_);
       return;
     }
     gated_rms_norm_rows({d_.dn_out, 0, proj_z, 0, 1, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm,
