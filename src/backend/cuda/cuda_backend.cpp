@@ -16,10 +16,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <variant>
 #include <vector>
+#ifdef QWICK_DECODE_SKIP
+#include <fmt/ranges.h>
+
+#include <cstdlib>
+#endif
 
 #include "backend/cuda/cuda_weights.h"
 #include "backend/cuda/stage_timer.h"
@@ -718,9 +722,7 @@ class CudaBackend final : public Backend {
         v.push_back(rest.substr(0, comma));
         rest.erase(0, std::min(comma + 1, rest.size()));
         if (std::find(std::begin(kParts), std::end(kParts), v.back()) == std::end(kParts))
-          fail("QWICK_DECODE_SKIP: unknown launch \"{}\" (known: qkv, prep, attention, attention-out, "
-               "deltanet-in, deltanet-step, deltanet-out, moe, lm-head, sample)",
-               v.back());
+          fail("QWICK_DECODE_SKIP: unknown launch \"{}\" (known: {})", v.back(), fmt::join(kParts, ", "));
       }
       return v;
     }();
