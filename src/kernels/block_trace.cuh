@@ -1,8 +1,8 @@
 // The device side of block_trace.h: QWICK_TRACE_BLOCK() as a kernel's first statement records the
 // block's start and its exit; wait_for_previous_kernel (cuda_common.cuh) records the first warp past the
-// wait, block_trace_mark<0 or 1>() the first warp at a point of the kernel's (mark 0: a decode GEMV's
-// staged input, gemv_core.cuh), block_trace_mark<2 or 3>() the last warp there. Nothing is compiled in
-// without QWICK_BLOCK_TRACE.
+// wait, block_trace_mark<0 or 1>() the first warp at a point of the kernel's (a decode GEMV's mark 0: its
+// staged input, gemv_core.cuh; mark 1: its first row step's products summed, gemv_cuda.cu),
+// block_trace_mark<2 or 3>() the last warp there. Nothing is compiled in without QWICK_BLOCK_TRACE.
 //
 // Only kernels that open with QWICK_TRACE_BLOCK() may run during a traced step: the wait's record finds
 // the block's slot in shared memory, which other kernels never set (a stale slot left there by another

@@ -109,6 +109,10 @@ __global__ void __launch_bounds__(W * 32, kMinBlocks* kWarps / W) gemv_kernel(co
     float acc[kRows];
     dot_rows<F, kRows, kUnroll, A>(rows, m.cols / E, m.group_size, L.sub, lane_g,
                                    A == Act::kQ8 ? static_cast<const void*>(xq) : xs, s == 0, stage, acc);
+    if (s == 0) {  // the first row step's products summed: by the block's first warp, its last
+      block_trace_mark<1>();
+      block_trace_mark<3>();
+    }
     if (lane_g != 0) continue;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
