@@ -6,7 +6,8 @@
 //   x chain   a GEMV's dependent skeleton: read 2048 floats the previous kernel wrote, block-reduce
 //             them, one block writes the next kernel's input
 //   + MB      the same with that many MB of weights streamed per kernel (distinct buffers, so nothing
-//             is served from L2), requested before the wait as the GEMVs do
+//             is served from L2), requested before the wait as the GEMVs do; then the 9.5 MB row with
+//             the buffers spread over up to 32 GB (TLB reach)
 // with programmatic dependent launch (as the engine runs) and without, and with programmatic launch but
 // only two blocks resident per multiprocessor (each block holding 100 KB of shared memory, as a kernel
 // whose registers fill the register file at two blocks would): then the next kernel's blocks cannot
@@ -146,6 +147,39 @@ int main(int argc, char** argv) {
         std::printf(" %12.2f", us);
       }
       std::printf(" %12.2f\n", floor_us(row.mb));
+    }
+    // The same 9.5 MB row with each kernel's weights placed apart in one allocation: a step reads its
+    // ~1.7 GB from pages spread over ~19 GB, past the GPU's TLB reach (~1 GB of 2 MB pages, where
+    // one load per page starts to take page walks). Equal times say the reach does not slow a stream.
+    {
+      size_t free_bytes = 0, total_bytes = 0;
+      check(cudaMemGetInfo(&free_bytes, &total_bytes), "memory info");
+      const size_t span = std::min(size_t{32} << 30, free_bytes / 10 * 6);
+      const int64_t pieces = static_cast<int64_t>(9.5 * (1 << 20) / 16 / blocks);
+      const size_t bytes = static_cast<size_t>(pieces) * 16 * blocks;
+      DeviceBuffer pool(span);
+      std::printf("\n%-34s %12s %12s\n", "x chain + 9.5 MB, buffers apart", "PDL", "byte floor");
+      struct Spread {
+        size_t gap_mb;
+        int most;  // buffers at most (then reused round-robin)
+      };
+      for (const Spread sp :
+           {Spread{10, 16}, Spread{10, kernels}, Spread{64, kernels}, Spread{256, kernels}}) {
+        const size_t gap = sp.gap_mb << 20;
+        const int copies = static_cast<int>(std::min<size_t>(sp.most, (span - bytes) / gap + 1));
+        float* const xf = reinterpret_cast<float*>(x.data());
+        const double us = graph_us_per_call(7, kernels, [&](cudaStream_t stream) {
+          for (int k = 0; k < kernels; ++k)
+            launch_kernel(chain_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, true,
+                          "chain", xf + (k & 1) * kCols, xf + ((k + 1) & 1) * kCols,
+                          reinterpret_cast<const uint4*>(pool.data() + static_cast<size_t>(k % copies) * gap),
+                          pieces, true);
+        });
+        char name[64];
+        std::snprintf(name, sizeof name, "%d buffers over %.1f GB", copies,
+                      static_cast<double>(static_cast<size_t>(copies - 1) * gap + bytes) / (1 << 30));
+        std::printf("%-34s %12.2f %12.2f\n", name, us, floor_us(9.5));
+      }
     }
     // 9.5 MB bulk-copied: one block per multiprocessor (72 KB each) or two (36 KB), in 1 to 64 copies.
     std::printf("\n%-34s %12s %12s\n", "x chain + 9.5 MB bulk-copied", "PDL", "byte floor");
