@@ -7,7 +7,7 @@
 //             them, one block writes the next kernel's input
 //   + MB      the same with that many MB of weights streamed per kernel (distinct buffers, so nothing
 //             is served from L2), requested before the wait as the GEMVs do; then the 9.5 MB row with
-//             the buffers spread over up to 32 GB (TLB reach)
+//             the buffers spread over up to 32 GB, as a step's pages are spread
 // with programmatic dependent launch (as the engine runs) and without, and with programmatic launch but
 // only two blocks resident per multiprocessor (each block holding 100 KB of shared memory, as a kernel
 // whose registers fill the register file at two blocks would): then the next kernel's blocks cannot
@@ -149,14 +149,14 @@ int main(int argc, char** argv) {
       std::printf(" %12.2f\n", floor_us(row.mb));
     }
     // The same 9.5 MB row with each kernel's weights placed apart in one allocation: a step reads its
-    // ~1.7 GB from pages spread over ~19 GB, past the GPU's TLB reach (~1 GB of 2 MB pages, where
-    // one load per page starts to take page walks). Equal times say the reach does not slow a stream.
+    // ~1.7 GB from pages spread over ~19 GB, more than the address translation caches may hold. Equal
+    // times for a footprint of 0.2 GB and of 32 GB say the spread does not slow a stream.
     {
       size_t free_bytes = 0, total_bytes = 0;
       check(cudaMemGetInfo(&free_bytes, &total_bytes), "memory info");
-      const size_t span = std::min(size_t{32} << 30, free_bytes / 10 * 6);
       const int64_t pieces = static_cast<int64_t>(9.5 * (1 << 20) / 16 / blocks);
       const size_t bytes = static_cast<size_t>(pieces) * 16 * blocks;
+      const size_t span = std::max(bytes, std::min(size_t{32} << 30, free_bytes / 10 * 6));
       DeviceBuffer pool(span);
       std::printf("\n%-34s %12s %12s\n", "x chain + 9.5 MB, buffers apart", "PDL", "byte floor");
       struct Spread {
