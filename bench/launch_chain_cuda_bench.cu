@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
@@ -112,6 +113,18 @@ int main(int argc, char** argv) {
     constexpr size_t kFillSmem = 100 << 10;  // two blocks a multiprocessor, no third
     check(cudaFuncSetAttribute(chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kFillSmem),
           "shared memory limit");
+    float* const xf = reinterpret_cast<float*>(x.data());
+    // µs a kernel of a chain of chain_kernel launches, kernel k streaming `pieces` a block from
+    // weights_of(k) (null: none).
+    auto chain_us = [&](bool pdl, size_t smem, const std::function<const uint4*(int)>& weights_of,
+                        int64_t pieces, bool chain) {
+      return graph_us_per_call(7, kernels, [&](cudaStream_t stream) {
+        for (int k = 0; k < kernels; ++k)
+          launch_kernel(chain_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream, pdl,
+                        "chain", xf + (k & 1) * kCols, xf + ((k + 1) & 1) * kCols, weights_of(k), pieces,
+                        chain);
+      });
+    };
     std::printf("%-22s %12s %12s %12s %12s\n", "kernel", "PDL", "PDL 2/SM", "no PDL", "byte floor");
     struct Row {
       const char* name;
@@ -133,17 +146,13 @@ int main(int argc, char** argv) {
         size_t smem;
       };
       for (const auto [pdl, smem] : {Column{true, 0}, Column{true, kFillSmem}, Column{false, 0}}) {
-        float* const xf = reinterpret_cast<float*>(x.data());
-        const double us = graph_us_per_call(7, kernels, [&](cudaStream_t stream) {
-          for (int k = 0; k < kernels; ++k) {
-            const uint4* w =
-                copies ? reinterpret_cast<const uint4*>(weights[static_cast<size_t>(k % copies)].data())
-                       : nullptr;
-            launch_kernel(chain_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream,
-                          pdl, "chain", xf + (k & 1) * kCols, xf + ((k + 1) & 1) * kCols, w, pieces,
-                          row.chain);
-          }
-        });
+        const double us = chain_us(
+            pdl, smem,
+            [&](int k) {
+              return copies ? reinterpret_cast<const uint4*>(weights[static_cast<size_t>(k % copies)].data())
+                            : nullptr;
+            },
+            pieces, row.chain);
         std::printf(" %12.2f", us);
       }
       std::printf(" %12.2f\n", floor_us(row.mb));
@@ -167,14 +176,12 @@ int main(int argc, char** argv) {
            {Spread{10, 16}, Spread{10, kernels}, Spread{64, kernels}, Spread{256, kernels}}) {
         const size_t gap = sp.gap_mb << 20;
         const int copies = static_cast<int>(std::min<size_t>(sp.most, (span - bytes) / gap + 1));
-        float* const xf = reinterpret_cast<float*>(x.data());
-        const double us = graph_us_per_call(7, kernels, [&](cudaStream_t stream) {
-          for (int k = 0; k < kernels; ++k)
-            launch_kernel(chain_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, true,
-                          "chain", xf + (k & 1) * kCols, xf + ((k + 1) & 1) * kCols,
-                          reinterpret_cast<const uint4*>(pool.data() + static_cast<size_t>(k % copies) * gap),
-                          pieces, true);
-        });
+        const double us = chain_us(
+            true, 0,
+            [&](int k) {
+              return reinterpret_cast<const uint4*>(pool.data() + static_cast<size_t>(k % copies) * gap);
+            },
+            pieces, true);
         char name[64];
         std::snprintf(name, sizeof name, "%d buffers over %.1f GB", copies,
                       static_cast<double>(static_cast<size_t>(copies - 1) * gap + bytes) / (1 << 30));
@@ -192,7 +199,6 @@ int main(int argc, char** argv) {
       for (int parts : {1, 8, 64}) {
         const int n = per_sm * multiprocessor_count();
         const uint32_t bytes = static_cast<uint32_t>(9.5 * (1 << 20) / n) / (16 * 64) * (16 * 64);
-        float* const xf = reinterpret_cast<float*>(x.data());
         const double us = graph_us_per_call(7, kernels, [&](cudaStream_t stream) {
           for (int k = 0; k < kernels; ++k)
             launch_kernel(bulk_chain_kernel, dim3(static_cast<unsigned>(n)), dim3(kThreads), bytes, stream,
