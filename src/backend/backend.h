@@ -24,7 +24,7 @@ struct Model;
 struct BackendOptions {
   int threads = 0;                    // CPU worker threads, 0 = one per core
   int64_t max_context = 0;            // 0 = the model's max_position_embeddings
-  KvDtype kv_dtype = KvDtype::kBF16;  // attention KV cache element type (the CUDA backend: bf16 only)
+  KvDtype kv_dtype = KvDtype::kBF16;  // attention KV cache element type (the CUDA backend: bf16 or q8)
   // f32 activations in every decode matrix product (the reference numerics). Off, the CPU's products
   // against 4-bit weights quantize the activation to int8 per 64 values (decode's fast path); on
   // CUDA that takes device_int8 as well.

@@ -14,7 +14,7 @@ double row_bytes(const WeightMatrix& w) {
 
 }  // namespace
 
-TokenCost token_cost(const Model& model) {
+TokenCost token_cost(const Model& model, KvDtype kv) {
   const ModelConfig& c = model.config;
   const ModelWeights& w = model.weights;
   TokenCost cost;
@@ -55,7 +55,10 @@ TokenCost token_cost(const Model& model) {
   const double state = static_cast<double>(c.lin_n_v_heads) * c.lin_v_dim * c.lin_k_dim +
                        static_cast<double>(c.conv_kernel - 1) * static_cast<double>(c.conv_channels());
   cost.state_bytes = 2 * 4 * state * c.n_deltanet_layers();
-  cost.kv_bytes_per_ctx = 2.0 * 2 * c.n_kv_heads * c.head_dim * c.n_attention_layers();  // K and V, bf16
+  // K and V rows of each kv head: 2 or 4 bytes a value, or (q8) a byte a value and a 4-byte scale.
+  const double row_bytes =
+      kv == KvDtype::kQ8 ? c.head_dim + 4.0 : (kv == KvDtype::kF32 ? 4.0 : 2.0) * c.head_dim;
+  cost.kv_bytes_per_ctx = 2.0 * row_bytes * c.n_kv_heads * c.n_attention_layers();
   // Per value row and token: S·k, the update, S·q (2 + 3 + 2 FLOPs per state element).
   cost.deltanet_flops = 7.0 * c.lin_n_v_heads * c.lin_v_dim * c.lin_k_dim * c.n_deltanet_layers();
   cost.attn_flops_per_ctx = 4.0 * c.n_heads * c.head_dim * c.n_attention_layers();

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/attention/attention.h"
 #include "model/model.h"
 
 namespace qwick {
@@ -37,6 +38,6 @@ struct TokenCost {
   }
 };
 
-TokenCost token_cost(const Model& model);
+TokenCost token_cost(const Model& model, KvDtype kv);
 
 }  // namespace qwick

@@ -168,7 +168,7 @@ int cmd_bench(int argc, char** argv) {
   const ModelConfig& cfg = e.model->config;
   const std::string device = backend.name();
   const DeviceInfo dev = probe_device(device);
-  const TokenCost cost = token_cost(*e.model);
+  const TokenCost cost = token_cost(*e.model, engine.backend_options().kv_dtype);
   std::printf("device   %s (%s)%s, copy bandwidth %.0f GB/s (measured)\n", device.c_str(), dev.name.c_str(),
               dev.memory_bytes
                   ? fmt::format(", {:.1f} GiB", static_cast<double>(dev.memory_bytes) / (1 << 30)).c_str()

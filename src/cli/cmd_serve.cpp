@@ -72,7 +72,7 @@ int cmd_serve(int argc, char** argv) {
     m.engine = served->completions.get();
     m.stop_ids = model.stop_token_ids();
     m.defaults = o.request_defaults(model.generation, model.config.vocab_size);
-    const TokenCost cost = token_cost(model);
+    const TokenCost cost = token_cost(model, engine_options.backend_options().kv_dtype);
     m.meta = {{"n_vocab", model.config.vocab_size},
               {"n_ctx_train", model.config.max_position_embeddings},
               {"n_ctx", served->completions->context_size()},

@@ -18,7 +18,10 @@ void EngineOptions::add_to(ArgParser& p) {
   p.option({"-t", "--threads"}, "N", "CPU threads (0 = one per core)", &threads, "LLAMA_ARG_THREADS");
   p.option({"-c", "--ctx-size"}, "N", "context size in tokens (0 = the model's maximum)", &ctx_size,
            "LLAMA_ARG_CTX_SIZE");
-  p.option({"--kv-type"}, "TYPE", "attention KV cache type: bf16 or f32", &kv_type, "QWICK_KV_TYPE");
+  p.option(
+      {"--kv-type"}, "TYPE",
+      "attention KV cache type: bf16, f32 or q8 (a byte a value and a scale a row, half of bf16's bytes)",
+      &kv_type, "QWICK_KV_TYPE");
   p.option({"--device"}, "DEV", "where to run: cpu or cuda (default: cuda when built and a GPU is present)",
            &device, "QWICK_DEVICE");
   p.flag({"--exact"}, "f32 activations in every decode matrix product (reference numerics, slower decode)",
@@ -48,8 +51,10 @@ BackendOptions EngineOptions::backend_options() const {
     b.kv_dtype = KvDtype::kBF16;
   else if (kv_type == "f32")
     b.kv_dtype = KvDtype::kF32;
+  else if (kv_type == "q8")
+    b.kv_dtype = KvDtype::kQ8;
   else
-    fail("--kv-type: unknown type \"{}\" (expected bf16 or f32)", kv_type);
+    fail("--kv-type: unknown type \"{}\" (expected bf16, f32 or q8)", kv_type);
   return b;
 }
 

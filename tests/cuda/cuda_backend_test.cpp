@@ -45,6 +45,7 @@ struct RunSpec {
   bool down_bf16 = true, in_proj_stack = true, deltanet_in_bf16 = true;
   bool prefill_overlap = true, combine_norm = true;
   bool router_bf16 = true;
+  KvDtype kv = KvDtype::kBF16;
 };
 
 std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& tokens, const RunSpec& run) {
@@ -63,6 +64,7 @@ std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& tok
   // by default the f32 reference numerics, not the int8/int16/bf16 fast paths
   opt.exact = !run.int8 && !run.int16;
   opt.device_int8 = run.int8;
+  opt.kv_dtype = run.kv;
   auto backend = make_backend(run.device, model, opt);
   const int64_t T = static_cast<int64_t>(tokens.size()), V = model.config.vocab_size;
   std::vector<float> logits(static_cast<size_t>(T * V), NAN);
@@ -134,6 +136,35 @@ TEST(CudaBackend, FixturesInEveryLayout) {
       cpu.device = "cpu";
       EXPECT_LT(rel_err(logits, logits_of(*model, fx.tokens, cpu)), run.decode_from < 0 ? c.tol : 3e-2);
     }
+  }
+}
+
+// A q8 KV cache (kv_q8.h): prefill (whose attention reads the cache's bf16 copy) then decode (reading
+// its bytes), against the fixture's reference and against the CPU backend's q8 cache on the same
+// weights, with the bounds of the bf16 cache's runs above; and the distance from the bf16 cache's
+// logits, printed.
+TEST(CudaBackend, Q8CacheMatchesTheCpu) {
+  QWICK_REQUIRE_GPU();
+  for (const char* dir : {"tiny/mlx4", "small/mlx4"}) {
+    SCOPED_TRACE(dir);
+    const Fixture fx(std::string(dir).substr(0, std::string(dir).find('/')));
+    const auto model = load_model(test::fixture(dir));
+    RunSpec run{16, 40};  // chunks of 16 rows, each after the first reading rows of earlier ones
+    run.kv = KvDtype::kQ8;
+    const auto logits = logits_of(*model, fx.tokens, run);
+    RunSpec cpu = run, bf16 = run;
+    cpu.device = "cpu";
+    bf16.kv = KvDtype::kBF16;
+    const double err = rel_err(logits, fx.logits_mlx4.data),
+                 err_cpu = rel_err(logits, logits_of(*model, fx.tokens, cpu)),
+                 err_bf16 = rel_err(logits, logits_of(*model, fx.tokens, bf16));
+    std::printf(
+        "[ q8 cache ] %-10s rel_err %.3e against the reference, %.3e against the CPU's q8, %.3e against "
+        "bf16\n",
+        dir, err, err_cpu, err_bf16);
+    EXPECT_LT(err, 5e-2);
+    EXPECT_GT(top1_where_clear(logits, fx.logits_mlx4.data, model->config.vocab_size, 0.25f), 0.97);
+    EXPECT_LT(err_cpu, 3e-2);
   }
 }
 
@@ -406,31 +437,35 @@ TEST(CudaBackend, DeviceSamplingFollowsTheLogits) {
 TEST(CudaBackend, SnapshotRestoreContinuesExactly) {
   QWICK_REQUIRE_GPU();
   const auto model = load_model(test::fixture("small/mlx4"));
-  BackendOptions opt;
-  opt.max_context = 512;
-  auto backend = make_backend("cuda", *model, opt);
-  const int64_t V = model->config.vocab_size;
-  const std::vector<int32_t> tokens =
-      read_i32_tensor(test::fixture("small/reference.safetensors").string(), "tokens");
-  const std::vector<int32_t> head(tokens.begin(), tokens.begin() + 40),
-      tail(tokens.begin() + 40, tokens.begin() + 60);
-  std::vector<float> expected(static_cast<size_t>(V)), got(static_cast<size_t>(V)),
-      scratch(static_cast<size_t>(V));
-  backend->prefill(head, scratch, {});
-  const auto snap = backend->snapshot();
-  EXPECT_EQ(snap->position(), 40);
-  backend->prefill(tail, scratch, {});
-  backend->decode(tokens[60], expected);
-  backend->reset();
-  backend->prefill(std::vector<int32_t>(70, 7), scratch, {});
-  backend->decode(3, scratch);  // the graph now holds another sequence's position
-  backend->restore(*snap);
-  EXPECT_EQ(backend->position(), 40);
-  backend->prefill(tail, scratch, {});
-  backend->decode(tokens[60], got);
-  EXPECT_EQ(got, expected);
-  auto other = make_backend("cuda", *model, opt);
-  EXPECT_THROW(other->restore(*snap), Error);
+  for (const KvDtype kv : {KvDtype::kBF16, KvDtype::kQ8}) {
+    SCOPED_TRACE(kv == KvDtype::kQ8 ? "q8 cache" : "bf16 cache");
+    BackendOptions opt;
+    opt.max_context = 512;
+    opt.kv_dtype = kv;
+    auto backend = make_backend("cuda", *model, opt);
+    const int64_t V = model->config.vocab_size;
+    const std::vector<int32_t> tokens =
+        read_i32_tensor(test::fixture("small/reference.safetensors").string(), "tokens");
+    const std::vector<int32_t> head(tokens.begin(), tokens.begin() + 40),
+        tail(tokens.begin() + 40, tokens.begin() + 60);
+    std::vector<float> expected(static_cast<size_t>(V)), got(static_cast<size_t>(V)),
+        scratch(static_cast<size_t>(V));
+    backend->prefill(head, scratch, {});
+    const auto snap = backend->snapshot();
+    EXPECT_EQ(snap->position(), 40);
+    backend->prefill(tail, scratch, {});
+    backend->decode(tokens[60], expected);
+    backend->reset();
+    backend->prefill(std::vector<int32_t>(70, 7), scratch, {});
+    backend->decode(3, scratch);  // the graph now holds another sequence's position
+    backend->restore(*snap);
+    EXPECT_EQ(backend->position(), 40);
+    backend->prefill(tail, scratch, {});
+    backend->decode(tokens[60], got);
+    EXPECT_EQ(got, expected);
+    auto other = make_backend("cuda", *model, opt);
+    EXPECT_THROW(other->restore(*snap), Error);
+  }
 }
 
 TEST(CudaBackend, ResetAndBadInputLeaveAConsistentState) {

@@ -23,6 +23,7 @@
 #include "kernels/activation.h"
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_cuda.h"
+#include "kernels/attention/kv_q8.h"
 #include "kernels/deltanet/deltanet.h"
 #include "kernels/deltanet/deltanet_chunked_cuda.h"
 #include "kernels/deltanet/deltanet_cuda.h"
@@ -1497,6 +1498,38 @@ HostCache random_cache(const AttnShape& s, int64_t capacity, std::mt19937_64& rn
   return {to_bf16(randn(n, rng)), to_bf16(randn(n, rng))};
 }
 
+// Rows of hd values coded as a q8 cache codes them (kv_q8.h): bytes and one scale a row.
+struct Q8Rows {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+Q8Rows q8_rows(const std::vector<float>& x, int hd) {
+  Q8Rows q{std::vector<uint8_t>(x.size()), std::vector<float>(x.size() / static_cast<size_t>(hd))};
+  for (size_t r = 0; r < q.scales.size(); ++r) {
+    const float* row = x.data() + r * static_cast<size_t>(hd);
+    float amax = 0.0f;
+    for (int d = 0; d < hd; ++d) amax = std::max(amax, std::fabs(row[d]));
+    q.scales[r] = kv_q8_scale(amax);
+    for (int d = 0; d < hd; ++d)
+      q.codes[r * static_cast<size_t>(hd) + static_cast<size_t>(d)] = kv_q8_code(row[d], q.scales[r]);
+  }
+  return q;
+}
+
+// A random q8 K/V cache [nkv, capacity, hd] (and its scales [nkv, capacity]).
+struct HostQ8Cache {
+  Q8Rows k, v;
+  KvHeadView head(int j, int64_t capacity, int hd) const {
+    const size_t row = static_cast<size_t>(j) * static_cast<size_t>(capacity);
+    return {KvDtype::kQ8, k.codes.data() + row * static_cast<size_t>(hd),
+            v.codes.data() + row * static_cast<size_t>(hd), k.scales.data() + row, v.scales.data() + row};
+  }
+};
+HostQ8Cache random_q8_cache(const AttnShape& s, int64_t capacity, std::mt19937_64& rng) {
+  const size_t n = static_cast<size_t>(s.nkv) * static_cast<size_t>(capacity) * static_cast<size_t>(s.hd);
+  return {q8_rows(randn(n, rng), s.hd), q8_rows(randn(n, rng), s.hd)};
+}
+
 TEST(Attention, PrepNormRopeAndCacheAppend) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
@@ -1515,13 +1548,20 @@ TEST(Attention, PrepNormRopeAndCacheAppend) {
     DeviceArray<float> dqg(qg), dk(k), dv(v), dqn(qn), dkn(kn), dinv(inv),
         dq(static_cast<size_t>(n * s.nq * s.hd));
     DeviceArray<uint16_t> kc(static_cast<size_t>(s.nkv * cap * s.hd)), vc(kc.size());
-    cuda::attention_prep(
-        {dqg.data(),  q_rows,    q_stride, dk.data(), dv.data(), kvr,        n,          pos0,
-         nullptr,     s.nq,      s.nkv,    s.hd,      rd,        dqn.data(), dkn.data(), 1e-6f,
-         dinv.data(), dq.data(), nullptr,  kc.data(), vc.data(), cap},
-        nullptr);
+    cuda::AttentionPrepArgs args{dqg.data(), q_rows,     q_stride,   dk.data(), dv.data(),   kvr,
+                                 n,          pos0,       nullptr,    s.nq,      s.nkv,       s.hd,
+                                 rd,         dqn.data(), dkn.data(), 1e-6f,     dinv.data(), dq.data(),
+                                 nullptr,    kc.data(),  vc.data(),  cap};
+    cuda::attention_prep(args, nullptr);
+    // The same into a q8 cache.
+    DeviceArray<uint8_t> kq(kc.size()), vq(kc.size());
+    DeviceArray<float> ks(static_cast<size_t>(s.nkv * cap)), vs(ks.size());
+    args.k_cache = kq.data(), args.v_cache = vq.data(), args.k_scale = ks.data(), args.v_scale = vs.data();
+    cuda::attention_prep(args, nullptr);
     const auto q_out = dq.download();
     const auto k_out = from_bf16(kc.download()), v_out = from_bf16(vc.download());
+    const auto kq_out = kq.download(), vq_out = vq.download();
+    const auto ks_out = ks.download(), vs_out = vs.download();
     std::vector<float> q_ref(q_out.size()), q_got(q_out.size()), k_ref, k_got, v_ref, v_got;
     std::vector<float> cs(static_cast<size_t>(rd / 2)), sn(cs.size());
     for (int64_t t = 0; t < n; ++t) {
@@ -1535,6 +1575,20 @@ TEST(Attention, PrepNormRopeAndCacheAppend) {
         std::vector<float> r(static_cast<size_t>(s.hd));
         rms_norm(k.data() + t * kvr + j * s.hd, kn.data(), 1e-6f, s.hd, r.data());
         apply_rope(r.data(), rd, cs.data(), sn.data());
+        // q8: v's row coded exactly as the CPU codes it (the same f32 values); k's within half a step
+        // of the reference (its values differ in the last f32 bits, so a code may round the other way).
+        const size_t row = static_cast<size_t>(j * cap + pos0 + t);
+        const Q8Rows kr = q8_rows(r, s.hd),
+                     vr = q8_rows(std::vector<float>(v.begin() + t * kvr + j * s.hd,
+                                                     v.begin() + t * kvr + (j + 1) * s.hd),
+                                  s.hd);
+        EXPECT_EQ(vs_out[row], vr.scales[0]);
+        EXPECT_NEAR(ks_out[row], kr.scales[0], 1e-5 * kr.scales[0]);
+        for (int d = 0; d < s.hd; ++d) {
+          const size_t at = row * static_cast<size_t>(s.hd) + static_cast<size_t>(d);
+          EXPECT_EQ(vq_out[at], vr.codes[static_cast<size_t>(d)]);
+          EXPECT_NEAR(kv_q8_value(kq_out[at], ks_out[row]), r[static_cast<size_t>(d)], 0.51 * kr.scales[0]);
+        }
         for (int d = 0; d < s.hd; ++d) {
           const size_t at = static_cast<size_t>((j * cap + pos0 + t) * s.hd + d);
           k_ref.push_back(round_to_bf16(r[static_cast<size_t>(d)]));
@@ -1557,42 +1611,80 @@ TEST(Attention, DecodeMatchesAttend) {
     for (int64_t len : {1, 7, 64, 300, 5000}) {
       const int64_t cap = len + 3;
       HostCache cache = random_cache(s, cap, rng);
+      HostQ8Cache q8 = random_q8_cache(s, cap, rng);
       // Rows past the context are never read into the result: NaN there must not leak in.
       for (int j = 0; j < s.nkv; ++j)
-        for (int64_t p = len; p < cap; ++p)
+        for (int64_t p = len; p < cap; ++p) {
+          q8.k.scales[static_cast<size_t>(j * cap + p)] = q8.v.scales[static_cast<size_t>(j * cap + p)] = NAN;
           for (int d = 0; d < s.hd; ++d) {
             const size_t at = static_cast<size_t>((j * cap + p) * s.hd + d);
             cache.k[at] = cache.v[at] = 0x7fc0;
           }
-      const auto q = randn(static_cast<size_t>(s.nq * s.hd), rng, 2.0f);
-      const int64_t q_stride = 2 * s.hd;
-      const auto gate = randn(static_cast<size_t>(s.nq * q_stride), rng);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
-      std::vector<float> ref(static_cast<size_t>(s.nq * s.hd)), scores(static_cast<size_t>(len));
-      for (int h = 0; h < s.nq; ++h) {
-        float* o = ref.data() + h * s.hd;
-        attend(q.data() + h * s.hd, cache.head(h / (s.nq / s.nkv), cap, s.hd), len, s.hd, scale,
-               scores.data(), o, kVectorOpsReference);
-        for (int d = 0; d < s.hd; ++d) o[d] *= sigmoid(gate[static_cast<size_t>(h * q_stride + s.hd + d)]);
-      }
-      for (const bool tensor_cores : {true, false})
-        for (const int splits : {1, 7, 66}) {
-          SCOPED_TRACE(fmt::format("{}/{} heads x {}, context {}, {} splits, {}", s.nq, s.nkv, s.hd, len,
-                                   splits, tensor_cores ? "tensor cores" : "CUDA cores"));
-          DeviceArray<float> dq(q), dgate(gate), partial(static_cast<size_t>(s.nq * splits * (s.hd + 2))),
-              out(ref.size());
-          DeviceArray<uint16_t> kc(cache.k), vc(cache.v);
-          DeviceArray<int32_t> pos(std::vector<int32_t>{static_cast<int32_t>(len - 1)});
-          cuda::AttentionDecodeArgs args{
-              dq.data(), kc.data(),      vc.data(),           cap,      pos.data(), s.nq, s.nkv, s.hd, scale,
-              splits,    partial.data(), dgate.data() + s.hd, q_stride, out.data()};
-          args.tensor_cores = tensor_cores;
-          cuda::attention_decode(args, nullptr);
-          // Tensor cores: q and p as two bf16 parts each, about 16 bits.
-          EXPECT_LT(rel_err(out.download(), ref), tensor_cores ? 2e-5 : 1e-5);
         }
+      for (const bool kv_q8 : {false, true}) {
+        const auto q = randn(static_cast<size_t>(s.nq * s.hd), rng, 2.0f);
+        const int64_t q_stride = 2 * s.hd;
+        const auto gate = randn(static_cast<size_t>(s.nq * q_stride), rng);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
+        std::vector<float> ref(static_cast<size_t>(s.nq * s.hd)), scores(static_cast<size_t>(len));
+        for (int h = 0; h < s.nq; ++h) {
+          float* o = ref.data() + h * s.hd;
+          const int j = h / (s.nq / s.nkv);
+          attend(q.data() + h * s.hd, kv_q8 ? q8.head(j, cap, s.hd) : cache.head(j, cap, s.hd), len, s.hd,
+                 scale, scores.data(), o, kVectorOpsReference);
+          for (int d = 0; d < s.hd; ++d) o[d] *= sigmoid(gate[static_cast<size_t>(h * q_stride + s.hd + d)]);
+        }
+        DeviceArray<uint16_t> kc(cache.k), vc(cache.v);
+        DeviceArray<uint8_t> kq(q8.k.codes), vq(q8.v.codes);
+        DeviceArray<float> ks(q8.k.scales), vs(q8.v.scales);
+        for (const bool tensor_cores : {true, false})
+          for (const int splits : {1, 7, 66}) {
+            SCOPED_TRACE(fmt::format("{}/{} heads x {}, context {}, {} splits, {}, {} cache", s.nq, s.nkv,
+                                     s.hd, len, splits, tensor_cores ? "tensor cores" : "CUDA cores",
+                                     kv_q8 ? "q8" : "bf16"));
+            DeviceArray<float> dq(q), dgate(gate), partial(static_cast<size_t>(s.nq * splits * (s.hd + 2))),
+                out(ref.size());
+            DeviceArray<int32_t> pos(std::vector<int32_t>{static_cast<int32_t>(len - 1)});
+            cuda::AttentionDecodeArgs args{dq.data(),  kc.data(), vc.data(),      cap,
+                                           pos.data(), s.nq,      s.nkv,          s.hd,
+                                           scale,      splits,    partial.data(), dgate.data() + s.hd,
+                                           q_stride,   out.data()};
+            args.tensor_cores = tensor_cores;
+            if (kv_q8)
+              args.k_cache = kq.data(), args.v_cache = vq.data(), args.k_scale = ks.data(),
+              args.v_scale = vs.data();
+            cuda::attention_decode(args, nullptr);
+            // Tensor cores: q and p as two bf16 (q8: f16) parts each, about 16 bits.
+            EXPECT_LT(rel_err(out.download(), ref), tensor_cores ? 2e-5 : 1e-5);
+          }
+      }
     }
   }
+}
+
+// The bf16 copy prefill reads of a q8 cache: each value kv_q8_value rounded to bf16, rows past `rows`
+// untouched.
+TEST(Attention, Q8CacheToBf16) {
+  QWICK_REQUIRE_GPU();
+  std::mt19937_64 rng(fresh_seed());
+  const int nkv = 2, hd = 256;
+  const int64_t cap = 300, rows = 257;
+  const Q8Rows q = q8_rows(randn(static_cast<size_t>(nkv * cap * hd), rng, 3.0f), hd);
+  DeviceArray<uint8_t> codes(q.codes);
+  DeviceArray<float> scales(q.scales);
+  DeviceArray<uint16_t> out(q.codes.size());
+  cuda::kv_q8_to_bf16(codes.data(), scales.data(), rows, nkv, hd, cap, out.data(), nullptr);
+  const auto got = out.download();
+  for (int j = 0; j < nkv; ++j)
+    for (int64_t p = 0; p < cap; ++p)
+      for (int d = 0; d < hd; ++d) {
+        const size_t at = static_cast<size_t>((j * cap + p) * hd + d);
+        if (p < rows)
+          ASSERT_EQ(got[at],
+                    to_bf16({kv_q8_value(q.codes[at], q.scales[static_cast<size_t>(j * cap + p)])})[0]);
+        else
+          ASSERT_EQ(got[at], 0xffff);  // DeviceArray's poison
+      }
 }
 
 // The combine computing the output gate's rows itself (AttentionDecodeArgs::gate_proj) from a plain

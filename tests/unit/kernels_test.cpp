@@ -1,8 +1,10 @@
-// The small CPU kernels: vector primitives per SIMD level against the reference, MoE routing,
-// RoPE, the causal conv across chunk boundaries, and the DeltaNet scan including a long-horizon
-// drift check of the fp32 state (SIMD vs reference over hundreds of steps).
+// The small CPU kernels: vector primitives per SIMD level against the reference, the q8 KV row
+// format and attention over every cache type, MoE routing, RoPE, the causal conv across chunk
+// boundaries, and the DeltaNet scan including a long-horizon drift check of the fp32 state (SIMD vs
+// reference over hundreds of steps).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "core/cpu_features.h"
 #include "core/numeric.h"
 #include "kernels/attention/attention.h"
+#include "kernels/attention/kv_q8.h"
 #include "kernels/deltanet/deltanet.h"
 #include "kernels/moe/router.h"
 #include "kernels/rope/rope.h"
@@ -57,9 +60,92 @@ TEST(VectorOps, EveryLevelMatchesReference) {
   }
 }
 
-// attend_group over f32 and bf16 caches at every level (the bf16 path through qk_bf16 / pv_bf16)
-// against attend one head at a time: odd head_dim, the model's 8 heads of 256 past a 64-row block,
-// and more heads than one group of 8.
+// kv_q8.h's rows of x ([n, hd]): the codes, and a scale a row from its largest magnitude.
+struct Q8Rows {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+Q8Rows quantize_rows(const std::vector<float>& x, int hd) {
+  Q8Rows q{std::vector<uint8_t>(x.size()), std::vector<float>(x.size() / static_cast<size_t>(hd))};
+  for (size_t j = 0; j < q.scales.size(); ++j) {
+    const float* row = x.data() + j * static_cast<size_t>(hd);
+    float amax = 0.0f;
+    for (int d = 0; d < hd; ++d) amax = std::fmax(amax, std::fabs(row[d]));
+    q.scales[j] = kv_q8_scale(amax);
+    for (int d = 0; d < hd; ++d)
+      q.codes[j * static_cast<size_t>(hd) + static_cast<size_t>(d)] = kv_q8_code(row[d], q.scales[j]);
+  }
+  return q;
+}
+
+// The f32 rows q8 rows stand for.
+std::vector<float> decode_rows(const Q8Rows& q, int hd) {
+  std::vector<float> x(q.codes.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = kv_q8_value(q.codes[i], q.scales[i / static_cast<size_t>(hd)]);
+  return x;
+}
+
+// Rows [n, hd] of normal values whose spread grows with the row (so a row read with another row's
+// scale is visibly off).
+std::vector<float> uneven_rows(int64_t n, int hd, uint64_t seed) {
+  auto x = test::random_floats(static_cast<size_t>(n * hd), seed);
+  for (size_t i = 0; i < x.size(); ++i) x[i] *= 0.25f + static_cast<float>(i / static_cast<size_t>(hd) % 7);
+  return x;
+}
+
+TEST(KvQ8, EveryValueWithinHalfAScaleAndTheLargestAt127) {
+  const int hd = 256;
+  const auto x = uneven_rows(20, hd, 7);
+  const Q8Rows q = quantize_rows(x, hd);
+  const auto back = decode_rows(q, hd);
+  for (size_t j = 0; j < q.scales.size(); ++j) {
+    const size_t row = j * hd;
+    const size_t top =
+        static_cast<size_t>(std::max_element(x.begin() + row, x.begin() + row + hd,
+                                             [](float a, float b) { return std::fabs(a) < std::fabs(b); }) -
+                            x.begin());
+    EXPECT_EQ(q.codes[top], x[top] > 0 ? kKvQ8Offset + 127 : kKvQ8Offset - 127) << j;
+    EXPECT_FLOAT_EQ(back[top], x[top]) << j;
+    // Half a step, plus the float rounding of x / scale and of the decode (relative 2^-24 of 127 steps).
+    const float bound = q.scales[j] * (0.5f + 1e-5f);
+    for (size_t i = row; i < row + hd; ++i)
+      EXPECT_LE(std::fabs(back[i] - x[i]), bound) << j << " " << i - row;
+  }
+}
+
+TEST(KvQ8, ZeroRowHasScaleZeroAndDecodesToZero) {
+  const Q8Rows q = quantize_rows(std::vector<float>(64, 0.0f), 64);
+  EXPECT_EQ(q.scales[0], 0.0f);
+  for (uint8_t u : q.codes) EXPECT_EQ(u, kKvQ8Offset);
+  for (float v : decode_rows(q, 64)) EXPECT_EQ(v, 0.0f);
+}
+
+// attend over a q8 cache is attend over the f32 rows it stands for (only the reading differs), at
+// every level.
+TEST(Attention, Q8EqualsTheDecodedRowsInF32) {
+  const int hd = 64;
+  const int64_t n_ctx = 45;
+  const Q8Rows k = quantize_rows(uneven_rows(n_ctx, hd, 41), hd),
+               v = quantize_rows(uneven_rows(n_ctx, hd, 42), hd);
+  const auto kf = decode_rows(k, hd), vf = decode_rows(v, hd);
+  const auto q = test::random_floats(static_cast<size_t>(hd), 43, 0.3f);
+  const KvHeadView q8{KvDtype::kQ8, k.codes.data(), v.codes.data(), k.scales.data(), v.scales.data()};
+  const KvHeadView f32{KvDtype::kF32, kf.data(), vf.data()};
+  std::vector<const VectorOps*> levels = {&kVectorOpsReference};
+  for (SimdLevel level : simd_levels()) levels.push_back(&vector_ops(level));
+  for (const VectorOps* ops : levels) {
+    std::vector<float> s(static_cast<size_t>(n_ctx)), got(static_cast<size_t>(hd), NAN),
+        want(static_cast<size_t>(hd));
+    attend(q.data(), q8, n_ctx, hd, 0.125f, s.data(), got.data(), *ops);
+    attend(q.data(), f32, n_ctx, hd, 0.125f, s.data(), want.data(), *ops);
+    for (int d = 0; d < hd; ++d)
+      EXPECT_NEAR(got[static_cast<size_t>(d)], want[static_cast<size_t>(d)], 1e-5f) << d;
+  }
+}
+
+// attend_group over f32, bf16 and q8 caches at every level (the bf16 path through qk_bf16 /
+// pv_bf16) against attend one head at a time: odd head_dim, the model's 8 heads of 256 past a
+// 64-row block, and more heads than one group of 8.
 TEST(Attention, GroupEqualsOneHeadAtATime) {
   struct Shape {
     int hd, heads;
@@ -76,12 +162,14 @@ TEST(Attention, GroupEqualsOneHeadAtATime) {
       kb[i] = f32_to_bf16(k[i]);
       vb[i] = f32_to_bf16(v[i]);
     }
+    const Q8Rows kq = quantize_rows(k, hd), vq = quantize_rows(v, hd);
     const int64_t q_stride = 2 * hd;  // [q | gate] per head, as the attention layer lays them out
     const auto q = test::random_floats(static_cast<size_t>(heads * q_stride), 33);
     std::vector<const VectorOps*> levels = {&kVectorOpsReference};
     for (SimdLevel level : simd_levels()) levels.push_back(&vector_ops(level));
     for (KvHeadView kv :
-         {KvHeadView{KvDtype::kF32, k.data(), v.data()}, KvHeadView{KvDtype::kBF16, kb.data(), vb.data()}}) {
+         {KvHeadView{KvDtype::kF32, k.data(), v.data()}, KvHeadView{KvDtype::kBF16, kb.data(), vb.data()},
+          KvHeadView{KvDtype::kQ8, kq.codes.data(), vq.codes.data(), kq.scales.data(), vq.scales.data()}}) {
       for (const VectorOps* ops : levels) {
         std::vector<float> scores(static_cast<size_t>(heads * n_ctx)),
             out(static_cast<size_t>(heads * hd), NAN);

@@ -1,74 +1,104 @@
 #include "backend/cpu/cpu_state.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/numeric.h"
+#include "kernels/attention/kv_q8.h"
 
 namespace qwick {
+
+namespace {
+
+// kv_q8.h's row for `x`: its codes, and the scale of its largest magnitude (as bytes, the cache's
+// scale plane being bytes like the others).
+void quantize_q8(const float* x, int n, uint8_t* codes, uint8_t* scale_bytes) {
+  float amax = 0.0f;
+  for (int d = 0; d < n; ++d) amax = std::fmax(amax, std::fabs(x[d]));
+  const float scale = kv_q8_scale(amax);
+  for (int d = 0; d < n; ++d) codes[d] = kv_q8_code(x[d], scale);
+  std::memcpy(scale_bytes, &scale, sizeof scale);
+}
+
+}  // namespace
 
 KvCache::KvCache(KvDtype dtype, int n_kv_heads, int head_dim)
     : dtype_(dtype), n_kv_heads_(n_kv_heads), head_dim_(head_dim) {}
 
+size_t KvCache::row_bytes(int plane) const {
+  if (plane == kKeyScales || plane == kValueScales) return dtype_ == KvDtype::kQ8 ? sizeof(float) : 0;
+  const size_t elem = dtype_ == KvDtype::kF32 ? 4 : dtype_ == KvDtype::kBF16 ? 2 : 1;
+  return static_cast<size_t>(head_dim_) * elem;
+}
+
 void KvCache::reserve(int64_t n, int64_t limit) {
   if (n <= capacity_) return;
   const int64_t cap = std::max(n, std::min<int64_t>(std::max<int64_t>(2 * capacity_, 256), limit));
-  const size_t row = static_cast<size_t>(head_dim_) * elem_bytes();
-  for (AlignedBuffer<uint8_t>* buf : {&k_, &v_}) {
+  for (int p = 0; p < kPlanes; ++p) {
+    const size_t row = row_bytes(p);
+    if (row == 0) continue;
     AlignedBuffer<uint8_t> grown(static_cast<size_t>(n_kv_heads_) * static_cast<size_t>(cap) * row);
-    for (int h = 0; h < n_kv_heads_; ++h)
-      if (capacity_ > 0)
-        std::memcpy(grown.data() + static_cast<size_t>(h * cap) * row, buf->data() + static_cast<size_t>(h * capacity_) * row,
+    if (capacity_ > 0)
+      for (int h = 0; h < n_kv_heads_; ++h)
+        std::memcpy(grown.data() + static_cast<size_t>(h * cap) * row, planes_[p].data() + offset(p, h, 0),
                     static_cast<size_t>(capacity_) * row);
-    *buf = std::move(grown);
+    planes_[p] = std::move(grown);
   }
   capacity_ = cap;
 }
 
 void KvCache::write(int64_t pos, const float* k, const float* v) {
-  const size_t row = static_cast<size_t>(head_dim_) * elem_bytes();
-  for (int h = 0; h < n_kv_heads_; ++h) {
-    uint8_t* kd = k_.data() + static_cast<size_t>(h * capacity_ + pos) * row;
-    uint8_t* vd = v_.data() + static_cast<size_t>(h * capacity_ + pos) * row;
-    const float* ks = k + static_cast<size_t>(h) * head_dim_;
-    const float* vs = v + static_cast<size_t>(h) * head_dim_;
-    if (dtype_ == KvDtype::kF32) {
-      std::memcpy(kd, ks, row);
-      std::memcpy(vd, vs, row);
-    } else {
-      auto* kb = reinterpret_cast<uint16_t*>(kd);
-      auto* vb = reinterpret_cast<uint16_t*>(vd);
-      for (int d = 0; d < head_dim_; ++d) {
-        kb[d] = f32_to_bf16(ks[d]);
-        vb[d] = f32_to_bf16(vs[d]);
+  for (int h = 0; h < n_kv_heads_; ++h)
+    for (const int p : {kKeys, kValues}) {
+      const float* src = (p == kKeys ? k : v) + static_cast<size_t>(h) * static_cast<size_t>(head_dim_);
+      uint8_t* dst = planes_[p].data() + offset(p, h, pos);
+      switch (dtype_) {
+        case KvDtype::kF32:
+          std::memcpy(dst, src, row_bytes(p));
+          break;
+        case KvDtype::kBF16:
+          for (int d = 0; d < head_dim_; ++d) reinterpret_cast<uint16_t*>(dst)[d] = f32_to_bf16(src[d]);
+          break;
+        case KvDtype::kQ8: {
+          const int scales = p == kKeys ? kKeyScales : kValueScales;
+          quantize_q8(src, head_dim_, dst, planes_[scales].data() + offset(scales, h, pos));
+          break;
+        }
       }
     }
-  }
 }
 
 std::vector<uint8_t> KvCache::save(int64_t n) const {
-  const size_t row = static_cast<size_t>(head_dim_) * elem_bytes(), rows = static_cast<size_t>(n) * row;
-  std::vector<uint8_t> out(2 * static_cast<size_t>(n_kv_heads_) * rows);
+  size_t bytes = 0;
+  for (int p = 0; p < kPlanes; ++p)
+    bytes += static_cast<size_t>(n_kv_heads_) * static_cast<size_t>(n) * row_bytes(p);
+  std::vector<uint8_t> out(bytes);
   uint8_t* dst = out.data();
-  for (const AlignedBuffer<uint8_t>* buf : {&k_, &v_})
+  for (int p = 0; p < kPlanes; ++p) {
+    const size_t rows = static_cast<size_t>(n) * row_bytes(p);
+    if (rows == 0) continue;
     for (int h = 0; h < n_kv_heads_; ++h, dst += rows)
-      if (rows) std::memcpy(dst, buf->data() + static_cast<size_t>(h) * static_cast<size_t>(capacity_) * row, rows);
+      std::memcpy(dst, planes_[p].data() + offset(p, h, 0), rows);
+  }
   return out;
 }
 
 void KvCache::load(const std::vector<uint8_t>& saved, int64_t n, int64_t limit) {
   reserve(n, limit);
-  const size_t row = static_cast<size_t>(head_dim_) * elem_bytes(), rows = static_cast<size_t>(n) * row;
   const uint8_t* src = saved.data();
-  for (AlignedBuffer<uint8_t>* buf : {&k_, &v_})
+  for (int p = 0; p < kPlanes; ++p) {
+    const size_t rows = static_cast<size_t>(n) * row_bytes(p);
+    if (rows == 0) continue;
     for (int h = 0; h < n_kv_heads_; ++h, src += rows)
-      if (rows) std::memcpy(buf->data() + static_cast<size_t>(h) * static_cast<size_t>(capacity_) * row, src, rows);
+      std::memcpy(planes_[p].data() + offset(p, h, 0), src, rows);
+  }
 }
 
 KvHeadView KvCache::head(int kv_head) const {
-  const size_t off = static_cast<size_t>(kv_head) * static_cast<size_t>(capacity_) * static_cast<size_t>(head_dim_) *
-                     elem_bytes();
-  return {dtype_, k_.data() + off, v_.data() + off};
+  const auto at = [&](int p) { return planes_[p].data() + offset(p, kv_head, 0); };
+  return {dtype_, at(kKeys), at(kValues), reinterpret_cast<const float*>(at(kKeyScales)),
+          reinterpret_cast<const float*>(at(kValueScales))};
 }
 
 CpuSequence::CpuSequence(const ModelConfig& cfg, KvDtype kv_dtype) {

@@ -1,7 +1,8 @@
 // Sequence state on the CPU: what a conversation carries from one token to the next.
 //
 //   attention layers: KV cache, per kv head a [capacity, head_dim] array of keys and one of values
-//                     (bf16 by default; f32 on request for exact comparisons)
+//                     (bf16 by default; f32 on request for exact comparisons; q8: kv_q8.h's bytes
+//                     plus a [capacity] array of f32 scales for each)
 //   DeltaNet layers:  conv window  [K-1, channels]  the last K-1 pre-conv qkv rows, f32
 //                     recurrent S  [Hv, Dv, Dk]     f32 (rounding accumulates over long sequences)
 #pragma once
@@ -25,16 +26,21 @@ class KvCache {
   KvHeadView head(int kv_head) const;
   int64_t capacity() const { return capacity_; }
 
-  // Rows [0, n) of every head, keys then values, and back.
+  // Rows [0, n) of every head, plane by plane (keys, values, then kQ8's key and value scales), and back.
   std::vector<uint8_t> save(int64_t n) const;
   void load(const std::vector<uint8_t>& rows, int64_t n, int64_t limit);
 
  private:
-  size_t elem_bytes() const { return dtype_ == KvDtype::kBF16 ? 2 : 4; }
+  // The arrays a position has a row in; the scales are kQ8's (one f32 a row), empty for the others.
+  enum Plane { kKeys, kValues, kKeyScales, kValueScales, kPlanes };
+  size_t row_bytes(int plane) const;  // one position's bytes in one head of `plane`
+  size_t offset(int plane, int kv_head, int64_t pos) const {
+    return static_cast<size_t>(kv_head * capacity_ + pos) * row_bytes(plane);
+  }
   KvDtype dtype_;
   int n_kv_heads_, head_dim_;
   int64_t capacity_ = 0;
-  AlignedBuffer<uint8_t> k_, v_;  // [n_kv_heads, capacity, head_dim]
+  AlignedBuffer<uint8_t> planes_[kPlanes];  // each [n_kv_heads, capacity, row_bytes(plane)]
 };
 
 struct DeltaNetState {

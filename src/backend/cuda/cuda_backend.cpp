@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 #ifdef QWICK_DECODE_SKIP
@@ -111,10 +112,12 @@ class CudaBackend final : public Backend {
       : model_(model),
         cfg_(model.config),
         max_context_(options.max_context > 0 ? options.max_context : cfg_.max_position_embeddings),
-        q8_(options.device_int8 && !options.exact) {
+        q8_(options.device_int8 && !options.exact),
+        kv_q8_(options.kv_dtype == KvDtype::kQ8) {
     set_levers(options.cuda_off);
     if (options.exact) int16_ = false;
-    if (options.kv_dtype != KvDtype::kBF16) fail("--kv-type: the CUDA backend keeps its KV cache in bf16");
+    if (options.kv_dtype == KvDtype::kF32)
+      fail("--kv-type: the CUDA backend keeps its KV cache in bf16 or q8");
     if (cfg_.n_heads % cfg_.n_kv_heads != 0) fail("n_heads must be a multiple of n_kv_heads");
     if (cfg_.expert_dim % kGemmTileRows != 0)
       fail("moe_intermediate_size {} must be a multiple of {} for the CUDA backend", cfg_.expert_dim,
@@ -334,8 +337,9 @@ class CudaBackend final : public Backend {
 
   // ---- snapshots -------------------------------------------------------------------------------
   size_t snapshot_bytes(int64_t positions) const {
-    const size_t kv_rows = static_cast<size_t>(cfg_.n_kv_heads) * static_cast<size_t>(positions) *
-                           static_cast<size_t>(cfg_.head_dim) * sizeof(uint16_t);
+    const size_t rows = static_cast<size_t>(cfg_.n_kv_heads) * static_cast<size_t>(positions);
+    const size_t kv_rows = rows * (static_cast<size_t>(cfg_.head_dim) * kv_elem_bytes() +
+                                   (kv_q8_ ? sizeof(float) : 0));  // (q8: each row's scale)
     return kv_cache_.size() * 2 * kv_rows +
            deltanet_state_.size() * (conv_state_floats() + recurrent_state_floats()) * sizeof(float);
   }
@@ -343,9 +347,9 @@ class CudaBackend final : public Backend {
   // Copies the state between the live buffers and a packed snapshot region, on the stream.
   void copy_state(uint8_t* packed, int64_t positions, bool to_snapshot) const {
     const size_t head_rows =
-        static_cast<size_t>(positions) * static_cast<size_t>(cfg_.head_dim) * sizeof(uint16_t);
+        static_cast<size_t>(positions) * static_cast<size_t>(cfg_.head_dim) * kv_elem_bytes();
     const size_t head_stride =
-        static_cast<size_t>(max_context_) * static_cast<size_t>(cfg_.head_dim) * sizeof(uint16_t);
+        static_cast<size_t>(max_context_) * static_cast<size_t>(cfg_.head_dim) * kv_elem_bytes();
     auto move = [&](void* live, size_t bytes) {
       if (bytes == 0) return;
       check(cudaMemcpyAsync(to_snapshot ? packed : live, to_snapshot ? live : packed, bytes,
@@ -353,10 +357,16 @@ class CudaBackend final : public Backend {
             "snapshot copy");
       packed += bytes;
     };
-    for (const auto& [k, v] : kv_cache_)
-      for (uint16_t* cache : {k, v})
+    for (const KvLayer& layer : kv_cache_) {
+      for (void* cache : {layer.k, layer.v})
         for (int h = 0; h < cfg_.n_kv_heads; ++h)
-          move(reinterpret_cast<uint8_t*>(cache) + static_cast<size_t>(h) * head_stride, head_rows);
+          move(static_cast<uint8_t*>(cache) + static_cast<size_t>(h) * head_stride, head_rows);
+      if (kv_q8_)
+        for (float* scales : {layer.k_scale, layer.v_scale})
+          for (int h = 0; h < cfg_.n_kv_heads; ++h)
+            move(scales + static_cast<size_t>(h) * static_cast<size_t>(max_context_),
+                 static_cast<size_t>(positions) * sizeof(float));
+    }
     for (const auto& [conv, rec] : deltanet_state_) {
       move(conv, conv_state_floats() * sizeof(float));
       move(rec, recurrent_state_floats() * sizeof(float));
@@ -372,10 +382,9 @@ class CudaBackend final : public Backend {
     return static_cast<size_t>(cfg_.lin_n_v_heads) * static_cast<size_t>(cfg_.lin_v_dim) *
            static_cast<size_t>(cfg_.lin_k_dim);
   }
-  size_t kv_elems() const {
-    return static_cast<size_t>(cfg_.n_kv_heads) * static_cast<size_t>(max_context_) *
-           static_cast<size_t>(cfg_.head_dim);
-  }
+  size_t kv_rows() const { return static_cast<size_t>(cfg_.n_kv_heads) * static_cast<size_t>(max_context_); }
+  size_t kv_elems() const { return kv_rows() * static_cast<size_t>(cfg_.head_dim); }
+  size_t kv_elem_bytes() const { return kv_q8_ ? 1 : sizeof(uint16_t); }
   int64_t imax() const { return std::max(cfg_.expert_dim, cfg_.shared_expert_dim); }
   int64_t proj_stride() const {
     return std::max({cfg_.conv_channels(), cfg_.lin_v_total(), cfg_.q_proj_rows(),
@@ -390,13 +399,20 @@ class CudaBackend final : public Backend {
       for (LayerKind kind : cfg_.layers) {
         if (kind == LayerKind::kAttention) {
           slot_.push_back(static_cast<int>(kv_cache_.size()));
-          kv_cache_.push_back({c.take<uint16_t>(kv_elems()), c.take<uint16_t>(kv_elems())});
+          if (kv_q8_)
+            kv_cache_.push_back({c.take<uint8_t>(kv_elems()), c.take<uint8_t>(kv_elems()),
+                                 c.take<float>(kv_rows()), c.take<float>(kv_rows())});
+          else
+            kv_cache_.push_back(
+                {c.take<uint16_t>(kv_elems()), c.take<uint16_t>(kv_elems()), nullptr, nullptr});
         } else {
           slot_.push_back(static_cast<int>(deltanet_state_.size()));
           deltanet_state_.push_back(
               {c.take<float>(conv_state_floats()), c.take<float>(recurrent_state_floats())});
         }
       }
+      if (kv_q8_ && !kv_cache_.empty())
+        kv_bf16_ = {c.take<uint16_t>(kv_elems()), c.take<uint16_t>(kv_elems())};
     };
     Carver sizing(nullptr);
     carve(sizing);
@@ -765,7 +781,8 @@ class CudaBackend final : public Backend {
     const float* final_norm = fused_norm(weights_.final_norm);
     if (!final_norm) rms_norm_rows(d_.x, 1, H, weights_.final_norm, eps, d_.normed, nullptr, stream_);
     if (!skipped("lm-head"))
-      gemv_one(weights_.lm_head, final_norm ? d_.x : d_.normed, d_.logits, false, final_norm, stream_lm_head_);
+      gemv_one(weights_.lm_head, final_norm ? d_.x : d_.normed, d_.logits, false, final_norm,
+               stream_lm_head_);
     if (!skipped("sample"))
       sample_token(
           SampleArgs{d_.logits, cfg_.vocab_size, d_.sampling, d_.token, d_.position, d_.sample_partials,
@@ -775,8 +792,12 @@ class CudaBackend final : public Backend {
 
   // The norm weight when the projections fuse it (they then read the residual d_.x), else null (an
   // rms_norm kernel writes d_.normed first).
-  const float* fused_norm(const float* weight) const { return fuse_ ? weight : nullptr; }
-  const float* mixer_input(const float* norm) const { return norm ? d_.x : d_.normed; }
+  const float* fused_norm(const float* weight) const {
+    return fuse_ ? weight : nullptr;
+  }
+  const float* mixer_input(const float* norm) const {
+    return norm ? d_.x : d_.normed;
+  }
 
   // d_.proj slots: q, k, v, and the gate's rows unless the combine computes them (combine_gate_):
   // then the q|k|v stack lets the chain after it start only past its wait, so the combine, launched
@@ -792,7 +813,7 @@ class CudaBackend final : public Backend {
       else
         gemv_stack({w.q, w.k, w.v}, w.qkv_table, x, d_.proj, ps, input_norm, gate_rows);
     }
-    const auto& [kc, vc] = kv_cache_[static_cast<size_t>(slot)];
+    const KvLayer& kv = kv_cache_[static_cast<size_t>(slot)];
     AttentionPrepArgs prep{d_.proj,
                            0,
                            hd,
@@ -812,14 +833,16 @@ class CudaBackend final : public Backend {
                            weights_.rope_inv_freq,
                            d_.q,
                            nullptr,
-                           kc,
-                           vc,
+                           kv.k,
+                           kv.v,
                            max_context_,
-                           overlap_};
+                           overlap_,
+                           kv.k_scale,
+                           kv.v_scale};
     if (!skipped("prep")) attention_prep(prep, stream_);
     AttentionDecodeArgs at{d_.q,
-                           kc,
-                           vc,
+                           kv.k,
+                           kv.v,
                            max_context_,
                            d_.position,
                            cfg_.n_heads,
@@ -835,6 +858,7 @@ class CudaBackend final : public Backend {
                            overlap_};
     if (gate_rows)
       at.gate_proj = w.gate, at.gate_x = x, at.gate_norm = input_norm, at.eps = cfg_.rms_norm_eps;
+    at.k_scale = kv.k_scale, at.v_scale = kv.v_scale;
     if (!skipped("attention")) attention_decode(at, stream_);
     if (!skipped("attention-out")) gemv_one(w.o, d_.att_out, d_.x, true);
   }
@@ -1021,7 +1045,7 @@ class CudaBackend final : public Backend {
     const int64_t ld = gated ? project_in(w.in_proj, w.in_proj16, {w.q, w.gate, w.k, w.v}, p_.att_in, n)
                              : project_in(w.in_proj, w.in_proj16, {w.q, w.k, w.v}, p_.att_in, n);
     const float* q = p_.att_in;
-    const auto& [kc, vc] = kv_cache_[static_cast<size_t>(slot)];
+    const KvLayer& kv = kv_cache_[static_cast<size_t>(slot)];
     AttentionPrepArgs prep{q,
                            ld,
                            hd,
@@ -1041,12 +1065,23 @@ class CudaBackend final : public Backend {
                            weights_.rope_inv_freq,
                            nullptr,
                            p_.q16,
-                           kc,
-                           vc,
+                           kv.k,
+                           kv.v,
                            max_context_,
-                           prefill_overlap()};
+                           prefill_overlap(),
+                           kv.k_scale,
+                           kv.v_scale};
     timer_.mark("attention: norm, rope, cache");
     attention_prep(prep, stream_);
+    // A q8 cache is read through its bf16 copy, rows [0, position_ + n) made afresh for each chunk.
+    const auto [kc, vc] =
+        kv_q8_ ? kv_bf16_ : std::pair{static_cast<uint16_t*>(kv.k), static_cast<uint16_t*>(kv.v)};
+    if (kv_q8_) {
+      timer_.mark("attention: q8 cache to bf16");
+      for (auto [from, scales, to] : {std::tuple{kv.k, kv.k_scale, kc}, std::tuple{kv.v, kv.v_scale, vc}})
+        kv_q8_to_bf16(static_cast<const uint8_t*>(from), scales, position_ + n, cfg_.n_kv_heads,
+                      cfg_.head_dim, max_context_, to, stream_);
+    }
     AttentionPrefillArgs at{p_.q16,
                             kc,
                             vc,
@@ -1366,7 +1401,8 @@ class CudaBackend final : public Backend {
   bool stack_in_proj_ = true;
   bool dense_bf16_ = true;  // bf16 copies of the dense matrices for long prefill chunks (gemm_tma)
   AttentionPrefillVariant attention_ = AttentionPrefillVariant::kWgmma;
-  bool q8_;  // BackendOptions::device_int8, unless exact
+  bool q8_;     // BackendOptions::device_int8, unless exact
+  bool kv_q8_;  // BackendOptions::kv_dtype is q8
   StageTimer timer_;
   cudaStream_t stream_ = nullptr;
   cudaStream_t side_ = nullptr;                  // prefill work beside stream_'s (shared_overlap_)
@@ -1377,7 +1413,15 @@ class CudaBackend final : public Backend {
   CudaModelWeights weights_;
 
   DeviceBuffer state_buf_;
-  std::vector<std::pair<uint16_t*, uint16_t*>> kv_cache_;  // per attention layer: K, V
+  // One attention layer's KV cache (attention_cuda.h): bf16 rows, or q8 bytes and their scales.
+  struct KvLayer {
+    void* k;
+    void* v;
+    float* k_scale;
+    float* v_scale;
+  };
+  std::vector<KvLayer> kv_cache_;                          // per attention layer
+  std::pair<uint16_t*, uint16_t*> kv_bf16_{};              // q8: K and V as bf16, for prefill's attention
   std::vector<std::pair<float*, float*>> deltanet_state_;  // per DeltaNet layer: conv window, recurrent S
   std::vector<int> slot_;                                  // per layer: index into one of the two
 

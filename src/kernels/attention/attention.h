@@ -11,13 +11,18 @@
 
 namespace qwick {
 
-enum class KvDtype { kBF16, kF32 };
+// kQ8: kv_q8.h's rows (a byte a value and one f32 scale a row).
+enum class KvDtype { kBF16, kF32, kQ8 };
 
-// One kv head's cache: position j's key at k + j * head_dim elements (same for v).
+// One kv head's cache: position j's key at k + j * head_dim elements (same for v), of the dtype's
+// element type (uint16_t bf16 bits, float, or for kQ8 kv_q8.h's uint8_t codes, whose row scales are
+// at k_scale[j] and v_scale[j]; null for the other types).
 struct KvHeadView {
   KvDtype dtype = KvDtype::kBF16;
   const void* k = nullptr;
   const void* v = nullptr;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
 };
 
 // out[0, head_dim) = Σ_j softmax_j(scale · q·k_j) · v_j over j < n_ctx.
@@ -26,9 +31,9 @@ void attend(const float* q, const KvHeadView& kv, int64_t n_ctx, int head_dim, f
             float* out, const VectorOps& ops);
 
 // The same for the `n_heads` query heads that share one kv head (GQA): each key and value row is
-// read once for every head (VectorOps::qk_bf16 / pv_bf16 for a bf16 cache), instead of once per
-// head. Query head g is at q + g * q_stride, its output at out + g * out_stride. Scratch: `scores`
-// n_heads * n_ctx floats.
+// read once for every head (VectorOps::qk_bf16 / pv_bf16 for a bf16 cache; a q8 row is decoded to
+// f32 once), instead of once per head. Query head g is at q + g * q_stride, its output at
+// out + g * out_stride. Scratch: `scores` n_heads * n_ctx floats.
 void attend_group(const float* q, int64_t q_stride, int n_heads, const KvHeadView& kv, int64_t n_ctx,
                   int head_dim, float scale, float* scores, float* out, int64_t out_stride,
                   const VectorOps& ops);

@@ -1,9 +1,10 @@
-// Gated full attention on the GPU (model-spec.md §2.3, §2.4), bf16 KV cache [n_kv_heads, capacity,
-// head_dim] per layer, f32 softmax:
+// Gated full attention on the GPU (model-spec.md §2.3, §2.4), KV cache [n_kv_heads, capacity, head_dim]
+// per layer in bf16, or for decode and the append in q8 (kv_q8.h: a byte a value, with the rows' scales
+// [n_kv_heads, capacity] beside; prefill reads a bf16 copy, kv_q8_to_bf16), f32 softmax:
 //
 //   attention_prep     per token: q and k RMSNorm (1 + w) per head, partial NeoX RoPE on the first
 //                      rotary_dim dims, q written out (f32 for decode, bf16 for prefill), k and v
-//                      rounded to bf16 into the cache at their positions
+//                      rounded to bf16 (or q8) into the cache at their positions
 //   attention_decode   one query row against the cache, flash-decoding: the context is cut into
 //                      `splits` ranges; a block per (kv head, range) holds the kv head's G = nq/nkv
 //                      query heads, so each K/V row is read once for all of them (on the tensor
@@ -45,17 +46,19 @@ struct AttentionPrepArgs {
   const float* inv_freq;  // [rotary_dim / 2]
   float* q_f32;           // one of the two: [n, n_heads, head_dim]
   uint16_t* q_bf16;
-  uint16_t* k_cache;  // [n_kv_heads, capacity, head_dim] bf16
-  uint16_t* v_cache;
+  void* k_cache;  // [n_kv_heads, capacity, head_dim]: bf16, or q8 bytes where k_scale is set
+  void* v_cache;
   int64_t capacity;
-  bool overlap = false;  // programmatic dependent launch (cuda_launch.h)
+  bool overlap = false;      // programmatic dependent launch (cuda_launch.h)
+  float* k_scale = nullptr;  // q8: the rows' scales [n_kv_heads, capacity]
+  float* v_scale = nullptr;
 };
 void attention_prep(const AttentionPrepArgs& a, cudaStream_t stream);
 
 struct AttentionDecodeArgs {
-  const float* q;  // [n_heads, head_dim]
-  const uint16_t* k_cache;
-  const uint16_t* v_cache;
+  const float* q;       // [n_heads, head_dim]
+  const void* k_cache;  // bf16, or q8 bytes where k_scale is set (AttentionPrepArgs)
+  const void* v_cache;
   int64_t capacity;
   const int32_t* d_pos;  // the row's position: attends to [0, *d_pos]
   int n_heads, n_kv_heads, head_dim;
@@ -80,6 +83,8 @@ struct AttentionDecodeArgs {
   const float* gate_x = nullptr;
   const float* gate_norm = nullptr;
   float eps = 0.0f;
+  const float* k_scale = nullptr;  // q8: the rows' scales [n_kv_heads, capacity]
+  const float* v_scale = nullptr;
 };
 // Whether the combine can compute the output gate from `gate_proj` (4-bit, 8-bit or bf16, its input
 // staged in 48 KB of shared memory).
@@ -106,5 +111,11 @@ struct AttentionPrefillArgs {
   bool overlap = false;  // a programmatic dependent launch (cuda_launch.h)
 };
 void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t stream);
+
+// Rows [0, rows) of every kv head of a q8 cache (bytes and scales [n_kv_heads, capacity, ·]) as bf16 into
+// out [n_kv_heads, capacity, head_dim]: the copy prefill's attention reads, whose tensor-core tiles take
+// bf16 (the values are the q8 ones, so prefill and decode attend to the same keys).
+void kv_q8_to_bf16(const uint8_t* q8, const float* scale, int64_t rows, int n_kv_heads, int head_dim,
+                   int64_t capacity, uint16_t* out, cudaStream_t stream);
 
 }  // namespace qwick::cuda

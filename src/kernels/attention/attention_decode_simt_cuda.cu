@@ -7,8 +7,9 @@
 // heads, so one K/V row read serves all G heads:
 //   s_g = scale · q_g·k   (warp sum)     online softmax per head: m, l, acc[G][dims] in registers
 // The 8 warps then merge into shared memory one after another, and the block writes the split's
-// partial (attention_decode.cuh).
+// partial (attention_decode.cuh). A q8 cache's rows (kv_q8.h) are decoded to f32 as they are loaded.
 #include "kernels/attention/attention_decode.cuh"
+#include "kernels/attention/kv_q8.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
 
@@ -40,7 +41,37 @@ __device__ __forceinline__ void load_bf16(const uint16_t* p, float (&out)[EPL]) 
   }
 }
 
-template <int EPL>  // dims per lane = head_dim / 32
+// EPL consecutive q8 bytes of a row of scale `scale`, decoded (p EPL-byte aligned).
+template <int EPL>
+__device__ __forceinline__ void load_q8(const uint8_t* p, float scale, float (&out)[EPL]) {
+  uint32_t w[(EPL + 3) / 4];
+  if constexpr (EPL == 8) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    w[0] = v.x, w[1] = v.y;
+  } else if constexpr (EPL == 4) {
+    w[0] = *reinterpret_cast<const uint32_t*>(p);
+  } else if constexpr (EPL == 2) {
+    w[0] = *reinterpret_cast<const uint16_t*>(p);
+  } else {
+    w[0] = *p;
+  }
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) out[e] = kv_q8_value(static_cast<uint8_t>(w[e / 4] >> (8 * (e % 4))), scale);
+}
+
+// Position p's EPL dims of a kv head's K or V rows (`rows` at the head's first row, offset to the lane's
+// dims; `scales` the head's row scales, null for bf16).
+template <int EPL, bool kQ8>
+__device__ __forceinline__ void load_row(const void* rows, const float* scales, int64_t p,
+                                         float (&out)[EPL]) {
+  constexpr int HD = EPL * 32;
+  if constexpr (kQ8)
+    load_q8<EPL>(static_cast<const uint8_t*>(rows) + p * HD, scales[p], out);
+  else
+    load_bf16<EPL>(static_cast<const uint16_t*>(rows) + p * HD, out);
+}
+
+template <int EPL, bool kQ8>  // dims per lane = head_dim / 32
 __global__ void __launch_bounds__(kWarps * 32) decode_kernel(AttentionDecodeArgs a) {
   QWICK_TRACE_BLOCK();
   constexpr int HD = EPL * 32;
@@ -67,15 +98,19 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(AttentionDecodeArgs
 #pragma unroll
     for (int e = 0; e < EPL; ++e) q[g][e] = g < G ? q_s[g][lane * EPL + e] : 0.0f, acc[g][e] = 0.0f;
   }
-  const uint16_t* kbase = a.k_cache + static_cast<int64_t>(kvh) * a.capacity * HD + lane * EPL;
-  const uint16_t* vbase = a.v_cache + static_cast<int64_t>(kvh) * a.capacity * HD + lane * EPL;
+  const int64_t head_elem = static_cast<int64_t>(kvh) * a.capacity * HD + lane * EPL;
+  const int elem_bytes = kQ8 ? 1 : 2;
+  const void* kbase = static_cast<const uint8_t*>(a.k_cache) + head_elem * elem_bytes;
+  const void* vbase = static_cast<const uint8_t*>(a.v_cache) + head_elem * elem_bytes;
+  const float* kscale = kQ8 ? a.k_scale + static_cast<int64_t>(kvh) * a.capacity : nullptr;
+  const float* vscale = kQ8 ? a.v_scale + static_cast<int64_t>(kvh) * a.capacity : nullptr;
   for (int64_t p0 = begin + warp * kPositions; p0 < end; p0 += kWarps * kPositions) {
     float kr[kPositions][EPL], vr[kPositions][EPL];
 #pragma unroll
     for (int i = 0; i < kPositions; ++i) {
       const int64_t p = min(p0 + i, end - 1);  // a position past the range is loaded but not used
-      load_bf16<EPL>(kbase + p * HD, kr[i]);
-      load_bf16<EPL>(vbase + p * HD, vr[i]);
+      load_row<EPL, kQ8>(kbase, kscale, p, kr[i]);
+      load_row<EPL, kQ8>(vbase, vscale, p, vr[i]);
     }
     float s[kPositions][kMaxGroup];
 #pragma unroll
@@ -139,15 +174,19 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(AttentionDecodeArgs
 void attention_decode_splits_simt(const AttentionDecodeArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.n_kv_heads), static_cast<unsigned>(a.splits));
   const dim3 block(kWarps * 32);
+  auto launch = [&](auto kernel) {
+    launch_kernel(kernel, grid, block, 0, stream, a.overlap, "attention_decode", a);
+  };
+  const bool q8 = a.k_scale != nullptr;
   switch (a.head_dim) {
     case 32:
-      return launch_kernel(decode_kernel<1>, grid, block, 0, stream, a.overlap, "attention_decode", a);
+      return q8 ? launch(decode_kernel<1, true>) : launch(decode_kernel<1, false>);
     case 64:
-      return launch_kernel(decode_kernel<2>, grid, block, 0, stream, a.overlap, "attention_decode", a);
+      return q8 ? launch(decode_kernel<2, true>) : launch(decode_kernel<2, false>);
     case 128:
-      return launch_kernel(decode_kernel<4>, grid, block, 0, stream, a.overlap, "attention_decode", a);
+      return q8 ? launch(decode_kernel<4, true>) : launch(decode_kernel<4, false>);
     default:
-      return launch_kernel(decode_kernel<8>, grid, block, 0, stream, a.overlap, "attention_decode", a);
+      return q8 ? launch(decode_kernel<8, true>) : launch(decode_kernel<8, false>);
   }
 }
 

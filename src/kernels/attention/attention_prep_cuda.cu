@@ -7,8 +7,10 @@
 // Each lane loads its head_dim/32 values at once (a kv head's v values with them, the norm's weights
 // and the rotary frequencies before the wait); the head is then staged in shared memory so the
 // rotation can pair dims (i, i + rotary_dim/2) whatever the head size. Angles are pos · inv_freq in
-// f32 and cosf/sinf, as the CPU's RopeTable computes them.
+// f32 and cosf/sinf, as the CPU's RopeTable computes them. A q8 cache's rows are coded as the CPU's
+// KvCache codes them (kv_q8.h), each row's scale from the warp's maximum.
 #include "kernels/attention/attention_cuda.h"
+#include "kernels/attention/kv_q8.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_launch.h"
 
@@ -80,13 +82,36 @@ __global__ void __launch_bounds__(32 * kPrefillWarps) prep_kernel(AttentionPrepA
         a.q_bf16[o + d] = f32_to_bf16(x[d]);
     }
   } else {
-    const int64_t o = (static_cast<int64_t>(kvh) * a.capacity + pos) * hd;
+    const int64_t row = static_cast<int64_t>(kvh) * a.capacity + pos, o = row * hd;
+    if (a.k_scale) {  // q8: each row's scale from its largest magnitude
+      float kmax = 0.0f, vmax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMaxHeadDim / 32; ++i) {
+        const int d = lane + 32 * i;
+        if (d >= hd) break;
+        kmax = fmaxf(kmax, fabsf(x[d])), vmax = fmaxf(vmax, fabsf(vv[i]));
+      }
+      const float ks = kv_q8_scale(warp_max(kmax)), vs = kv_q8_scale(warp_max(vmax));
+      uint8_t* const kc = static_cast<uint8_t*>(a.k_cache) + o;
+      uint8_t* const vc = static_cast<uint8_t*>(a.v_cache) + o;
+#pragma unroll
+      for (int i = 0; i < kMaxHeadDim / 32; ++i) {
+        const int d = lane + 32 * i;
+        if (d >= hd) break;
+        kc[d] = kv_q8_code(x[d], ks);
+        vc[d] = kv_q8_code(vv[i], vs);
+      }
+      if (lane == 0) a.k_scale[row] = ks, a.v_scale[row] = vs;
+      return;
+    }
+    uint16_t* const kc = static_cast<uint16_t*>(a.k_cache) + o;
+    uint16_t* const vc = static_cast<uint16_t*>(a.v_cache) + o;
 #pragma unroll
     for (int i = 0; i < kMaxHeadDim / 32; ++i) {
       const int d = lane + 32 * i;
       if (d >= hd) break;
-      a.k_cache[o + d] = f32_to_bf16(x[d]);
-      a.v_cache[o + d] = f32_to_bf16(vv[i]);
+      kc[d] = f32_to_bf16(x[d]);
+      vc[d] = f32_to_bf16(vv[i]);
     }
   }
 }
