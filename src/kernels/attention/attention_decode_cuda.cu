@@ -18,7 +18,8 @@
 // K register's codes are 4 consecutive dims of one key (q's fragments are permuted to match); a
 // transposed V register's are 2 keys × 2 dims, regrouped per dim (o's dims are permuted, o_dim). A
 // key's scale multiplies its scores, a value's scale its p in the products (not the softmax's sum).
-// Converting the tile through a shared-memory f16 copy instead was as fast at 128K (session 43).
+// (Converting each tile through a shared-memory f16 copy instead gained 12.9 % over bf16 at 128K, this
+// kernel 18.8 %, each against bf16 in its own call: docs/gpu-notes.md, session 43.)
 //
 // Combine: block (query head h, 32 dims); the splits' weights exp(m_s − M) in shared memory, warp w
 // sums splits w, w + 8, ... (coalesced rows), the warps' sums meet in shared memory, then the sigmoid
@@ -54,8 +55,13 @@ struct DecodeSmem {
   // The merge reuses the stages: o [kWarps][kMaxGroup][kMergeLd], then m and l [kWarps][kMaxGroup]. A
   // head's o row is padded by 4 floats, so the 4 heads a publishing store spans fall in different banks.
   static constexpr int kMergeLd = HD + 4;
+  // At least 120 KB, so two blocks never share a multiprocessor: the splits give each one block. (q8's
+  // 70 KB at head_dim 256 let two share one, likely leaving others idle: 454.5 tokens/s at 128K against
+  // 468.6 with the 120, session 43; bf16's 135 KB were above it already.)
+  static constexpr size_t kOneBlockPerSm = 120 * 1024;
+  static constexpr size_t kMergeBytes = sizeof(float) * kWarps * kMaxGroup * (kMergeLd + 2);
   static constexpr size_t kBytes =
-      std::max(size_t{kWarps} * kStages * kStageBytes, sizeof(float) * kWarps * kMaxGroup * (kMergeLd + 2));
+      std::max({size_t{kWarps} * kStages * kStageBytes, kMergeBytes, kOneBlockPerSm});
 };
 
 // x as a bf16 (kF16: f16) pair (hi, lo) with x ≈ hi + lo, two values to a word each.
