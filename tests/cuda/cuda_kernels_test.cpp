@@ -37,6 +37,7 @@
 #include "kernels/rope/rope.h"
 #include "kernels/sample/sample_cuda.h"
 #include "kernels/vector/vector_ops.h"
+#include "test_util.h"
 
 namespace qwick {
 namespace {
@@ -1498,27 +1499,9 @@ HostCache random_cache(const AttnShape& s, int64_t capacity, std::mt19937_64& rn
   return {to_bf16(randn(n, rng)), to_bf16(randn(n, rng))};
 }
 
-// Rows of hd values coded as a q8 cache codes them (kv_q8.h): bytes and one scale a row.
-struct Q8Rows {
-  std::vector<uint8_t> codes;
-  std::vector<float> scales;
-};
-Q8Rows q8_rows(const std::vector<float>& x, int hd) {
-  Q8Rows q{std::vector<uint8_t>(x.size()), std::vector<float>(x.size() / static_cast<size_t>(hd))};
-  for (size_t r = 0; r < q.scales.size(); ++r) {
-    const float* row = x.data() + r * static_cast<size_t>(hd);
-    float amax = 0.0f;
-    for (int d = 0; d < hd; ++d) amax = std::max(amax, std::fabs(row[d]));
-    q.scales[r] = kv_q8_scale(amax);
-    for (int d = 0; d < hd; ++d)
-      q.codes[r * static_cast<size_t>(hd) + static_cast<size_t>(d)] = kv_q8_code(row[d], q.scales[r]);
-  }
-  return q;
-}
-
 // A random q8 K/V cache [nkv, capacity, hd] (and its scales [nkv, capacity]).
 struct HostQ8Cache {
-  Q8Rows k, v;
+  test::Q8Rows k, v;
   KvHeadView head(int j, int64_t capacity, int hd) const {
     const size_t row = static_cast<size_t>(j) * static_cast<size_t>(capacity);
     return {KvDtype::kQ8, k.codes.data() + row * static_cast<size_t>(hd),
@@ -1527,7 +1510,7 @@ struct HostQ8Cache {
 };
 HostQ8Cache random_q8_cache(const AttnShape& s, int64_t capacity, std::mt19937_64& rng) {
   const size_t n = static_cast<size_t>(s.nkv) * static_cast<size_t>(capacity) * static_cast<size_t>(s.hd);
-  return {q8_rows(randn(n, rng), s.hd), q8_rows(randn(n, rng), s.hd)};
+  return {test::q8_rows(randn(n, rng), s.hd), test::q8_rows(randn(n, rng), s.hd)};
 }
 
 TEST(Attention, PrepNormRopeAndCacheAppend) {
@@ -1578,10 +1561,10 @@ TEST(Attention, PrepNormRopeAndCacheAppend) {
         // q8: v's row coded exactly as the CPU codes it (the same f32 values); k's within half a step
         // of the reference (its values differ in the last f32 bits, so a code may round the other way).
         const size_t row = static_cast<size_t>(j * cap + pos0 + t);
-        const Q8Rows kr = q8_rows(r, s.hd),
-                     vr = q8_rows(std::vector<float>(v.begin() + t * kvr + j * s.hd,
-                                                     v.begin() + t * kvr + (j + 1) * s.hd),
-                                  s.hd);
+        const test::Q8Rows kr = test::q8_rows(r, s.hd),
+                           vr = test::q8_rows(std::vector<float>(v.begin() + t * kvr + j * s.hd,
+                                                                 v.begin() + t * kvr + (j + 1) * s.hd),
+                                              s.hd);
         EXPECT_EQ(vs_out[row], vr.scales[0]);
         EXPECT_NEAR(ks_out[row], kr.scales[0], 1e-5 * kr.scales[0]);
         for (int d = 0; d < s.hd; ++d) {
@@ -1669,7 +1652,7 @@ TEST(Attention, Q8CacheToBf16) {
   std::mt19937_64 rng(fresh_seed());
   const int nkv = 2, hd = 256;
   const int64_t cap = 300, rows = 257;
-  const Q8Rows q = q8_rows(randn(static_cast<size_t>(nkv * cap * hd), rng, 3.0f), hd);
+  const test::Q8Rows q = test::q8_rows(randn(static_cast<size_t>(nkv * cap * hd), rng, 3.0f), hd);
   DeviceArray<uint8_t> codes(q.codes);
   DeviceArray<float> scales(q.scales);
   DeviceArray<uint16_t> out(q.codes.size());

@@ -60,26 +60,8 @@ TEST(VectorOps, EveryLevelMatchesReference) {
   }
 }
 
-// kv_q8.h's rows of x ([n, hd]): the codes, and a scale a row from its largest magnitude.
-struct Q8Rows {
-  std::vector<uint8_t> codes;
-  std::vector<float> scales;
-};
-Q8Rows quantize_rows(const std::vector<float>& x, int hd) {
-  Q8Rows q{std::vector<uint8_t>(x.size()), std::vector<float>(x.size() / static_cast<size_t>(hd))};
-  for (size_t j = 0; j < q.scales.size(); ++j) {
-    const float* row = x.data() + j * static_cast<size_t>(hd);
-    float amax = 0.0f;
-    for (int d = 0; d < hd; ++d) amax = std::fmax(amax, std::fabs(row[d]));
-    q.scales[j] = kv_q8_scale(amax);
-    for (int d = 0; d < hd; ++d)
-      q.codes[j * static_cast<size_t>(hd) + static_cast<size_t>(d)] = kv_q8_code(row[d], q.scales[j]);
-  }
-  return q;
-}
-
 // The f32 rows q8 rows stand for.
-std::vector<float> decode_rows(const Q8Rows& q, int hd) {
+std::vector<float> decode_rows(const test::Q8Rows& q, int hd) {
   std::vector<float> x(q.codes.size());
   for (size_t i = 0; i < x.size(); ++i) x[i] = kv_q8_value(q.codes[i], q.scales[i / static_cast<size_t>(hd)]);
   return x;
@@ -96,7 +78,7 @@ std::vector<float> uneven_rows(int64_t n, int hd, uint64_t seed) {
 TEST(KvQ8, EveryValueWithinHalfAScaleAndTheLargestAt127) {
   const int hd = 256;
   const auto x = uneven_rows(20, hd, 7);
-  const Q8Rows q = quantize_rows(x, hd);
+  const test::Q8Rows q = test::q8_rows(x, hd);
   const auto back = decode_rows(q, hd);
   for (size_t j = 0; j < q.scales.size(); ++j) {
     const size_t row = j * hd;
@@ -114,7 +96,7 @@ TEST(KvQ8, EveryValueWithinHalfAScaleAndTheLargestAt127) {
 }
 
 TEST(KvQ8, ZeroRowHasScaleZeroAndDecodesToZero) {
-  const Q8Rows q = quantize_rows(std::vector<float>(64, 0.0f), 64);
+  const test::Q8Rows q = test::q8_rows(std::vector<float>(64, 0.0f), 64);
   EXPECT_EQ(q.scales[0], 0.0f);
   for (uint8_t u : q.codes) EXPECT_EQ(u, kKvQ8Offset);
   for (float v : decode_rows(q, 64)) EXPECT_EQ(v, 0.0f);
@@ -125,8 +107,8 @@ TEST(KvQ8, ZeroRowHasScaleZeroAndDecodesToZero) {
 TEST(Attention, Q8EqualsTheDecodedRowsInF32) {
   const int hd = 64;
   const int64_t n_ctx = 45;
-  const Q8Rows k = quantize_rows(uneven_rows(n_ctx, hd, 41), hd),
-               v = quantize_rows(uneven_rows(n_ctx, hd, 42), hd);
+  const test::Q8Rows k = test::q8_rows(uneven_rows(n_ctx, hd, 41), hd),
+                     v = test::q8_rows(uneven_rows(n_ctx, hd, 42), hd);
   const auto kf = decode_rows(k, hd), vf = decode_rows(v, hd);
   const auto q = test::random_floats(static_cast<size_t>(hd), 43, 0.3f);
   const KvHeadView q8{KvDtype::kQ8, k.codes.data(), v.codes.data(), k.scales.data(), v.scales.data()};
@@ -162,7 +144,7 @@ TEST(Attention, GroupEqualsOneHeadAtATime) {
       kb[i] = f32_to_bf16(k[i]);
       vb[i] = f32_to_bf16(v[i]);
     }
-    const Q8Rows kq = quantize_rows(k, hd), vq = quantize_rows(v, hd);
+    const test::Q8Rows kq = test::q8_rows(k, hd), vq = test::q8_rows(v, hd);
     const int64_t q_stride = 2 * hd;  // [q | gate] per head, as the attention layer lays them out
     const auto q = test::random_floats(static_cast<size_t>(heads * q_stride), 33);
     std::vector<const VectorOps*> levels = {&kVectorOpsReference};

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "kernels/attention/kv_q8.h"
 #include "model/checkpoint.h"
 #include "model/safetensors.h"
 
@@ -42,6 +43,14 @@ std::vector<float> random_floats(size_t n, uint64_t seed, float scale) {
   std::vector<float> v(n);
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+Q8Rows q8_rows(const std::vector<float>& x, int hd) {
+  const size_t row = static_cast<size_t>(hd);
+  Q8Rows q{std::vector<uint8_t>(x.size()), std::vector<float>(x.size() / row)};
+  for (size_t r = 0; r < q.scales.size(); ++r)
+    q.scales[r] = kv_q8_code_row(x.data() + r * row, hd, q.codes.data() + r * row);
+  return q;
 }
 
 TensorMap read_all_tensors(const fs::path& dir) {

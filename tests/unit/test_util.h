@@ -20,6 +20,13 @@ std::filesystem::path scratch_dir(const std::string& name);
 
 std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f);
 
+// Rows of hd values ([n, hd]) in a q8 KV cache's form (kv_q8.h): a code a value, a scale a row.
+struct Q8Rows {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+Q8Rows q8_rows(const std::vector<float>& x, int hd);
+
 // One tensor of a checkpoint being edited.
 struct RawTensor {
   DType dtype;

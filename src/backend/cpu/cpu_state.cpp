@@ -9,20 +9,6 @@
 
 namespace qwick {
 
-namespace {
-
-// kv_q8.h's row for `x`: its codes, and the scale of its largest magnitude (as bytes, the cache's
-// scale plane being bytes like the others).
-void quantize_q8(const float* x, int n, uint8_t* codes, uint8_t* scale_bytes) {
-  float amax = 0.0f;
-  for (int d = 0; d < n; ++d) amax = std::fmax(amax, std::fabs(x[d]));
-  const float scale = kv_q8_scale(amax);
-  for (int d = 0; d < n; ++d) codes[d] = kv_q8_code(x[d], scale);
-  std::memcpy(scale_bytes, &scale, sizeof scale);
-}
-
-}  // namespace
-
 KvCache::KvCache(KvDtype dtype, int n_kv_heads, int head_dim)
     : dtype_(dtype), n_kv_heads_(n_kv_heads), head_dim_(head_dim) {}
 
@@ -62,7 +48,8 @@ void KvCache::write(int64_t pos, const float* k, const float* v) {
           break;
         case KvDtype::kQ8: {
           const int scales = p == kKeys ? kKeyScales : kValueScales;
-          quantize_q8(src, head_dim_, dst, planes_[scales].data() + offset(scales, h, pos));
+          const float scale = kv_q8_code_row(src, head_dim_, dst);
+          std::memcpy(planes_[scales].data() + offset(scales, h, pos), &scale, sizeof scale);
           break;
         }
       }
@@ -119,7 +106,8 @@ CpuSequence::CpuSequence(const ModelConfig& cfg, KvDtype kv_dtype) {
 void CpuSequence::copy_deltanet_from(const std::vector<DeltaNetState>& other) {
   for (size_t i = 0; i < deltanet.size(); ++i) {
     std::memcpy(deltanet[i].conv.data(), other[i].conv.data(), deltanet[i].conv.size() * sizeof(float));
-    std::memcpy(deltanet[i].recurrent.data(), other[i].recurrent.data(), deltanet[i].recurrent.size() * sizeof(float));
+    std::memcpy(deltanet[i].recurrent.data(), other[i].recurrent.data(),
+                deltanet[i].recurrent.size() * sizeof(float));
   }
 }
 

@@ -33,6 +33,16 @@ QWICK_KV_Q8_FN uint8_t kv_q8_code(float x, float scale) {
   return static_cast<uint8_t>(static_cast<int>(fminf(fmaxf(r, -127.0f), 127.0f)) + kKvQ8Offset);
 }
 
+// Codes a row of n values into `codes` and returns its scale (the CPU cache and the tests; the GPU's
+// attention_prep finds the row's largest magnitude across a warp).
+QWICK_KV_Q8_FN float kv_q8_code_row(const float* x, int n, uint8_t* codes) {
+  float amax = 0.0f;
+  for (int d = 0; d < n; ++d) amax = fmaxf(amax, fabsf(x[d]));
+  const float scale = kv_q8_scale(amax);
+  for (int d = 0; d < n; ++d) codes[d] = kv_q8_code(x[d], scale);
+  return scale;
+}
+
 // The value a byte stands for.
 QWICK_KV_Q8_FN float kv_q8_value(uint8_t u, float scale) {
   return static_cast<float>(static_cast<int>(u) - kKvQ8Offset) * scale;
