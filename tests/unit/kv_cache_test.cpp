@@ -20,20 +20,15 @@ constexpr int kHeads = 3, kHeadDim = 40;
 std::vector<float> stored(const KvCache& cache, int h, int64_t n, bool values) {
   const KvHeadView kv = cache.head(h);
   const void* rows = values ? kv.v : kv.k;
+  const float* scales = values ? kv.v_scale : kv.k_scale;
   std::vector<float> out(static_cast<size_t>(n * kHeadDim));
   for (size_t i = 0; i < out.size(); ++i) {
-    switch (kv.dtype) {
-      case KvDtype::kF32:
-        out[i] = static_cast<const float*>(rows)[i];
-        break;
-      case KvDtype::kBF16:
-        out[i] = bf16_to_f32(static_cast<const uint16_t*>(rows)[i]);
-        break;
-      case KvDtype::kQ8:
-        out[i] = kv_q8_value(static_cast<const uint8_t*>(rows)[i],
-                             (values ? kv.v_scale : kv.k_scale)[i / kHeadDim]);
-        break;
-    }
+    if (kv.dtype == KvDtype::kF32)
+      out[i] = static_cast<const float*>(rows)[i];
+    else if (kv.dtype == KvDtype::kBF16)
+      out[i] = bf16_to_f32(static_cast<const uint16_t*>(rows)[i]);
+    else
+      out[i] = kv_q8_value(static_cast<const uint8_t*>(rows)[i], scales[i / kHeadDim]);
   }
   return out;
 }
