@@ -14,8 +14,7 @@ KvCache::KvCache(KvDtype dtype, int n_kv_heads, int head_dim)
 
 size_t KvCache::row_bytes(int plane) const {
   if (plane == kKeyScales || plane == kValueScales) return dtype_ == KvDtype::kQ8 ? sizeof(float) : 0;
-  const size_t elem = dtype_ == KvDtype::kF32 ? 4 : dtype_ == KvDtype::kBF16 ? 2 : 1;
-  return static_cast<size_t>(head_dim_) * elem;
+  return static_cast<size_t>(head_dim_) * kv_value_bytes(dtype_);
 }
 
 void KvCache::reserve(int64_t n, int64_t limit) {

@@ -113,7 +113,7 @@ class CudaBackend final : public Backend {
         cfg_(model.config),
         max_context_(options.max_context > 0 ? options.max_context : cfg_.max_position_embeddings),
         q8_(options.device_int8 && !options.exact),
-        kv_q8_(options.kv_dtype == KvDtype::kQ8) {
+        kv_dtype_(options.kv_dtype) {
     set_levers(options.cuda_off);
     if (options.exact) int16_ = false;
     if (options.kv_dtype == KvDtype::kF32)
@@ -339,7 +339,7 @@ class CudaBackend final : public Backend {
   size_t snapshot_bytes(int64_t positions) const {
     const size_t rows = static_cast<size_t>(cfg_.n_kv_heads) * static_cast<size_t>(positions);
     const size_t kv_rows = rows * (static_cast<size_t>(cfg_.head_dim) * kv_elem_bytes() +
-                                   (kv_q8_ ? sizeof(float) : 0));  // (q8: each row's scale)
+                                   (kv_q8() ? sizeof(float) : 0));  // (q8: each row's scale)
     return kv_cache_.size() * 2 * kv_rows +
            deltanet_state_.size() * (conv_state_floats() + recurrent_state_floats()) * sizeof(float);
   }
@@ -361,7 +361,7 @@ class CudaBackend final : public Backend {
       for (void* cache : {layer.k, layer.v})
         for (int h = 0; h < cfg_.n_kv_heads; ++h)
           move(static_cast<uint8_t*>(cache) + static_cast<size_t>(h) * head_stride, head_rows);
-      if (kv_q8_)
+      if (kv_q8())
         for (float* scales : {layer.k_scale, layer.v_scale})
           for (int h = 0; h < cfg_.n_kv_heads; ++h)
             move(scales + static_cast<size_t>(h) * static_cast<size_t>(max_context_),
@@ -384,7 +384,8 @@ class CudaBackend final : public Backend {
   }
   size_t kv_rows() const { return static_cast<size_t>(cfg_.n_kv_heads) * static_cast<size_t>(max_context_); }
   size_t kv_elems() const { return kv_rows() * static_cast<size_t>(cfg_.head_dim); }
-  size_t kv_elem_bytes() const { return kv_q8_ ? 1 : sizeof(uint16_t); }
+  size_t kv_elem_bytes() const { return kv_value_bytes(kv_dtype_); }
+  bool kv_q8() const { return kv_dtype_ == KvDtype::kQ8; }
   int64_t imax() const { return std::max(cfg_.expert_dim, cfg_.shared_expert_dim); }
   int64_t proj_stride() const {
     return std::max({cfg_.conv_channels(), cfg_.lin_v_total(), cfg_.q_proj_rows(),
@@ -399,7 +400,7 @@ class CudaBackend final : public Backend {
       for (LayerKind kind : cfg_.layers) {
         if (kind == LayerKind::kAttention) {
           slot_.push_back(static_cast<int>(kv_cache_.size()));
-          if (kv_q8_)
+          if (kv_q8())
             kv_cache_.push_back({c.take<uint8_t>(kv_elems()), c.take<uint8_t>(kv_elems()),
                                  c.take<float>(kv_rows()), c.take<float>(kv_rows())});
           else
@@ -411,7 +412,7 @@ class CudaBackend final : public Backend {
               {c.take<float>(conv_state_floats()), c.take<float>(recurrent_state_floats())});
         }
       }
-      if (kv_q8_ && !kv_cache_.empty())
+      if (kv_q8() && !kv_cache_.empty())
         kv_bf16_ = {c.take<uint16_t>(kv_elems()), c.take<uint16_t>(kv_elems())};
     };
     Carver sizing(nullptr);
@@ -1075,8 +1076,8 @@ class CudaBackend final : public Backend {
     attention_prep(prep, stream_);
     // A q8 cache is read through its bf16 copy, rows [0, position_ + n) made afresh for each chunk.
     const auto [kc, vc] =
-        kv_q8_ ? kv_bf16_ : std::pair{static_cast<uint16_t*>(kv.k), static_cast<uint16_t*>(kv.v)};
-    if (kv_q8_) {
+        kv_q8() ? kv_bf16_ : std::pair{static_cast<uint16_t*>(kv.k), static_cast<uint16_t*>(kv.v)};
+    if (kv_q8()) {
       timer_.mark("attention: q8 cache to bf16");
       for (auto [from, scales, to] : {std::tuple{kv.k, kv.k_scale, kc}, std::tuple{kv.v, kv.v_scale, vc}})
         kv_q8_to_bf16(static_cast<const uint8_t*>(from), scales, position_ + n, cfg_.n_kv_heads,
@@ -1402,7 +1403,7 @@ class CudaBackend final : public Backend {
   bool dense_bf16_ = true;  // bf16 copies of the dense matrices for long prefill chunks (gemm_tma)
   AttentionPrefillVariant attention_ = AttentionPrefillVariant::kWgmma;
   bool q8_;     // BackendOptions::device_int8, unless exact
-  bool kv_q8_;  // BackendOptions::kv_dtype is q8
+  KvDtype kv_dtype_;  // BackendOptions::kv_dtype: bf16 or q8
   StageTimer timer_;
   cudaStream_t stream_ = nullptr;
   cudaStream_t side_ = nullptr;                  // prefill work beside stream_'s (shared_overlap_)

@@ -83,35 +83,29 @@ __global__ void __launch_bounds__(32 * kPrefillWarps) prep_kernel(AttentionPrepA
     }
   } else {
     const int64_t row = static_cast<int64_t>(kvh) * a.capacity + pos, o = row * hd;
-    if (a.k_scale) {  // q8: each row's scale from its largest magnitude
-      float kmax = 0.0f, vmax = 0.0f;
+    const bool q8 = a.k_scale != nullptr;
+    float ks = 0.0f, vs = 0.0f;  // q8: each row's scale from its largest magnitude
+    if (q8) {
 #pragma unroll
       for (int i = 0; i < kMaxHeadDim / 32; ++i) {
         const int d = lane + 32 * i;
         if (d >= hd) break;
-        kmax = fmaxf(kmax, fabsf(x[d])), vmax = fmaxf(vmax, fabsf(vv[i]));
+        ks = fmaxf(ks, fabsf(x[d])), vs = fmaxf(vs, fabsf(vv[i]));
       }
-      const float ks = kv_q8_scale(warp_max(kmax)), vs = kv_q8_scale(warp_max(vmax));
-      uint8_t* const kc = static_cast<uint8_t*>(a.k_cache) + o;
-      uint8_t* const vc = static_cast<uint8_t*>(a.v_cache) + o;
-#pragma unroll
-      for (int i = 0; i < kMaxHeadDim / 32; ++i) {
-        const int d = lane + 32 * i;
-        if (d >= hd) break;
-        kc[d] = kv_q8_code(x[d], ks);
-        vc[d] = kv_q8_code(vv[i], vs);
-      }
+      ks = kv_q8_scale(warp_max(ks)), vs = kv_q8_scale(warp_max(vs));
       if (lane == 0) a.k_scale[row] = ks, a.v_scale[row] = vs;
-      return;
     }
-    uint16_t* const kc = static_cast<uint16_t*>(a.k_cache) + o;
-    uint16_t* const vc = static_cast<uint16_t*>(a.v_cache) + o;
 #pragma unroll
     for (int i = 0; i < kMaxHeadDim / 32; ++i) {
       const int d = lane + 32 * i;
       if (d >= hd) break;
-      kc[d] = f32_to_bf16(x[d]);
-      vc[d] = f32_to_bf16(vv[i]);
+      if (q8) {
+        static_cast<uint8_t*>(a.k_cache)[o + d] = kv_q8_code(x[d], ks);
+        static_cast<uint8_t*>(a.v_cache)[o + d] = kv_q8_code(vv[i], vs);
+      } else {
+        static_cast<uint16_t*>(a.k_cache)[o + d] = f32_to_bf16(x[d]);
+        static_cast<uint16_t*>(a.v_cache)[o + d] = f32_to_bf16(vv[i]);
+      }
     }
   }
 }
