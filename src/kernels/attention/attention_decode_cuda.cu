@@ -55,10 +55,13 @@ struct DecodeSmem {
   // The merge reuses the stages: o [kWarps][kMaxGroup][kMergeLd], then m and l [kWarps][kMaxGroup]. A
   // head's o row is padded by 4 floats, so the 4 heads a publishing store spans fall in different banks.
   static constexpr int kMergeLd = HD + 4;
-  // At least 120 KB, so two blocks never share a multiprocessor: the splits give each one block. (q8's
-  // 70 KB at head_dim 256 let two share one, likely leaving others idle: 454.5 tokens/s at 128K against
-  // 468.6 with the 120, session 43; bf16's 135 KB were above it already.)
-  static constexpr size_t kOneBlockPerSm = 120 * 1024;
+  // At least 132 KB, bf16's size at head_dim 256: two blocks never share a multiprocessor (the splits
+  // give each one block), and the shared-memory step the driver then configures (164 KB) leaves room
+  // beside the block for one of the combine's, whose output-gate rows stream while the splits run.
+  // (q8's 70 KB let two blocks share one, likely leaving others idle: 454.5 tokens/s at 128K against
+  // 468.6 at 120 KB, session 43. At 120 KB the 132 KB step left no room: the combine's blocks started
+  // as the splits ended, −2.1 % at 4K against bf16, −0.3 % at 132 KB; docs/gpu-notes.md, session 44.)
+  static constexpr size_t kOneBlockPerSm = 132 * 1024;
   static constexpr size_t kMergeBytes = sizeof(float) * kWarps * kMaxGroup * (kMergeLd + 2);
   static constexpr size_t kBytes =
       std::max({size_t{kWarps} * kStages * kStageBytes, kMergeBytes, kOneBlockPerSm});
