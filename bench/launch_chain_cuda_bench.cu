@@ -24,6 +24,7 @@
 #include <functional>
 #include <vector>
 
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_buffer.h"
 #include "graph_timing.h"
 #include "kernels/cuda_common.cuh"
@@ -107,9 +108,11 @@ int main(int argc, char** argv) {
     const int blocks = 2 * multiprocessor_count();
     DeviceBuffer x(2 * kCols * sizeof(float));
     check(cudaMemset(x.data(), 0, 2 * kCols * sizeof(float)), "memset");
-    std::printf("%d kernels of %d blocks per graph, median of 7 graph launches (us per kernel)\n", kernels,
-                blocks);
-    auto floor_us = [](double mb) { return mb * (1 << 20) / 4.24e6; };  // at the measured copy bandwidth
+    const double copy_gbps = probe_cuda_device().copy_gbps;
+    std::printf("%d kernels of %d blocks per graph, median of 7 graph launches (us per kernel); byte floor at "
+                "the measured copy bandwidth, %.0f GB/s\n",
+                kernels, blocks, copy_gbps);
+    auto floor_us = [&](double mb) { return mb * (1 << 20) / (copy_gbps * 1e3); };
     constexpr size_t kFillSmem = 100 << 10;  // two blocks a multiprocessor, no third
     check(cudaFuncSetAttribute(chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kFillSmem),
           "shared memory limit");
