@@ -55,9 +55,8 @@ TokenCost token_cost(const Model& model, KvDtype kv) {
   const double state = static_cast<double>(c.lin_n_v_heads) * c.lin_v_dim * c.lin_k_dim +
                        static_cast<double>(c.conv_kernel - 1) * static_cast<double>(c.conv_channels());
   cost.state_bytes = 2 * 4 * state * c.n_deltanet_layers();
-  // K and V rows of each kv head (q8: each with its 4-byte scale).
-  const double kv_row = static_cast<double>(kv_value_bytes(kv)) * c.head_dim + (kv == KvDtype::kQ8 ? 4 : 0);
-  cost.kv_bytes_per_ctx = 2.0 * kv_row * c.n_kv_heads * c.n_attention_layers();
+  cost.kv_bytes_per_ctx =  // K and V rows of each kv head
+      2.0 * static_cast<double>(kv_row_bytes(kv, c.head_dim)) * c.n_kv_heads * c.n_attention_layers();
   // Per value row and token: S·k, the update, S·q (2 + 3 + 2 FLOPs per state element).
   cost.deltanet_flops = 7.0 * c.lin_n_v_heads * c.lin_v_dim * c.lin_k_dim * c.n_deltanet_layers();
   cost.attn_flops_per_ctx = 4.0 * c.n_heads * c.head_dim * c.n_attention_layers();

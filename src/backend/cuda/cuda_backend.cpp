@@ -337,9 +337,8 @@ class CudaBackend final : public Backend {
 
   // ---- snapshots -------------------------------------------------------------------------------
   size_t snapshot_bytes(int64_t positions) const {
-    const size_t rows = static_cast<size_t>(cfg_.n_kv_heads) * static_cast<size_t>(positions);
-    const size_t kv_rows = rows * (static_cast<size_t>(cfg_.head_dim) * kv_elem_bytes() +
-                                   (kv_q8() ? sizeof(float) : 0));  // (q8: each row's scale)
+    const size_t kv_rows = static_cast<size_t>(cfg_.n_kv_heads) * static_cast<size_t>(positions) *
+                           kv_row_bytes(kv_dtype_, cfg_.head_dim);
     return kv_cache_.size() * 2 * kv_rows +
            deltanet_state_.size() * (conv_state_floats() + recurrent_state_floats()) * sizeof(float);
   }
@@ -782,8 +781,7 @@ class CudaBackend final : public Backend {
     const float* final_norm = fused_norm(weights_.final_norm);
     if (!final_norm) rms_norm_rows(d_.x, 1, H, weights_.final_norm, eps, d_.normed, nullptr, stream_);
     if (!skipped("lm-head"))
-      gemv_one(weights_.lm_head, final_norm ? d_.x : d_.normed, d_.logits, false, final_norm,
-               stream_lm_head_);
+      gemv_one(weights_.lm_head, final_norm ? d_.x : d_.normed, d_.logits, false, final_norm, stream_lm_head_);
     if (!skipped("sample"))
       sample_token(
           SampleArgs{d_.logits, cfg_.vocab_size, d_.sampling, d_.token, d_.position, d_.sample_partials,
@@ -793,12 +791,8 @@ class CudaBackend final : public Backend {
 
   // The norm weight when the projections fuse it (they then read the residual d_.x), else null (an
   // rms_norm kernel writes d_.normed first).
-  const float* fused_norm(const float* weight) const {
-    return fuse_ ? weight : nullptr;
-  }
-  const float* mixer_input(const float* norm) const {
-    return norm ? d_.x : d_.normed;
-  }
+  const float* fused_norm(const float* weight) const { return fuse_ ? weight : nullptr; }
+  const float* mixer_input(const float* norm) const { return norm ? d_.x : d_.normed; }
 
   // d_.proj slots: q, k, v, and the gate's rows unless the combine computes them (combine_gate_):
   // then the q|k|v stack lets the chain after it start only past its wait, so the combine, launched
