@@ -34,7 +34,8 @@ struct BackendOptions {
   // (docs/gpu-notes.md).
   bool device_int8 = false;
   // CUDA optimizations to switch off, comma separated, for ablations (unknown names are an error).
-  // Decode: "graph" (launch each step's kernels instead of replaying one CUDA graph), "fusion" (norms,
+  // Decode: "graph" (launch each step's kernels instead of replaying one CUDA graph), "step-ahead"
+  // (decode_sampled waits for each step's token before launching the next), "fusion" (norms,
   // routing, SwiGLU, the expert combine and the DeltaNet prep as kernels of their own), "overlap" (no
   // programmatic dependent launch), "carry-z" (the DeltaNet z projection in the input projections' GEMV
   // instead of in the decode step's launch), "moe-one-pass" (the MoE's routed gate|up and down as two

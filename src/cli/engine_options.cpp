@@ -27,9 +27,9 @@ void EngineOptions::add_to(ArgParser& p) {
   p.flag({"--exact"}, "f32 activations in every decode matrix product (reference numerics, slower decode)",
          &exact, "QWICK_EXACT");
   p.option({"--cuda-off"}, "LIST",
-           "CUDA optimizations to switch off for ablations, comma separated: graph, fusion, overlap, "
-           "decode-attention, gemv-rows, carry-z, moe-one-pass, shared-spread, lm-head-stream, combine-gate, "
-           "int16 (decode); "
+           "CUDA optimizations to switch off for ablations, comma separated: graph, step-ahead, fusion, "
+           "overlap, decode-attention, gemv-rows, carry-z, moe-one-pass, shared-spread, lm-head-stream, "
+           "combine-gate, int16 (decode); "
            "wgmma, gemm, conv, router-bf16, router, attention-wgmma, attention-pipeline, attention, "
            "chunked-scan, down-bf16, deltanet-in-bf16, in-proj-stack, expert-tiles-144, shared-overlap, "
            "prefill-overlap, combine-norm, dense-bf16 (prefill)",

@@ -1,7 +1,7 @@
 // The CUDA backend end to end: the transformers fixtures (tests/fixtures/reference) in every layout,
 // agreement with the CPU backend, decode through the captured graph == decode without it, prefill
-// then decode == one longer prefill, any chunk size gives the same logits, device sampling, reset
-// and bad input. Skipped without a GPU.
+// then decode == one longer prefill, any chunk size gives the same logits, device sampling, a step
+// launched ahead and dropped, reset and bad input. Skipped without a GPU.
 //
 // Tolerances: prefill runs bf16 activations into the tensor cores (decode keeps f32). How far that
 // alone moves each fixture was measured by running the CPU backend with every matmul input rounded
@@ -432,6 +432,71 @@ TEST(CudaBackend, DeviceSamplingFollowsTheLogits) {
     EXPECT_GE(logits[static_cast<size_t>(next)], sorted[4]) << "step " << step;
     token = next;
   }
+}
+
+// decode_sampled launches the next step before the token it returns is back (lever step-ahead). That
+// step is the caller's next one when it passes that token; anything else drops it, and the sequence
+// goes on exactly as without it: the same tokens, logits and draws as a backend that waits for each.
+TEST(CudaBackend, StepAheadIsDroppedWhenNotWanted) {
+  QWICK_REQUIRE_GPU();
+  const auto model = load_model(test::fixture("small/mlx4"));
+  BackendOptions opt;
+  opt.max_context = 96;
+  BackendOptions in_turn = opt;
+  in_turn.cuda_off = "step-ahead";
+  auto ahead = make_backend("cuda", *model, opt), plain = make_backend("cuda", *model, in_turn);
+  const size_t V = static_cast<size_t>(model->config.vocab_size);
+  std::vector<float> la(V), lp(V);
+  const std::vector<int32_t> tokens =
+      read_i32_tensor(test::fixture("small/reference.safetensors").string(), "tokens");
+  const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 40);
+  ahead->prefill(prompt, la, {});
+  plain->prefill(prompt, lp, {});
+  ASSERT_EQ(la, lp);
+  DeviceSampling drawn;
+  drawn.temperature = 1.0f;
+  drawn.top_k = 40;
+  drawn.seed = 3;
+  int32_t token = static_cast<int32_t>(std::max_element(la.begin(), la.end()) - la.begin());
+  // `steps` tokens from both, each fed back; returns the last.
+  auto sample = [&](int steps, int32_t first, const DeviceSampling& s) {
+    int32_t t = first;
+    for (int i = 0; i < steps; ++i) {
+      int32_t a = -1, p = -1;
+      EXPECT_TRUE(ahead->decode_sampled(t, s, &a));
+      EXPECT_TRUE(plain->decode_sampled(t, s, &p));
+      EXPECT_EQ(a, p) << "step " << i << " at position " << plain->position();
+      t = p;
+    }
+    EXPECT_EQ(ahead->position(), plain->position());
+    return t;
+  };
+  auto same_logits = [&](int32_t t) {
+    ahead->decode(t, la);
+    plain->decode(t, lp);
+    EXPECT_EQ(la, lp) << "rel_err " << rel_err(la, lp);
+  };
+  token = sample(10, token, {});
+  same_logits(5);  // not the token returned: the step ahead is dropped
+  token = sample(5, 5, {});
+  const auto snap_ahead = ahead->snapshot(), snap_plain = plain->snapshot();  // with a step ahead queued
+  token = sample(5, token, drawn);  // new sampling parameters: dropped
+  token = sample(5, 7, drawn);      // another token, the same parameters: dropped, its draw taken back
+  ahead->restore(*snap_ahead);
+  plain->restore(*snap_plain);
+  EXPECT_EQ(ahead->position(), 56);
+  same_logits(9);
+  // To the end of the context, where no step goes ahead.
+  token = sample(static_cast<int>(opt.max_context - plain->position()), token, {});
+  EXPECT_EQ(ahead->position(), opt.max_context);
+  int32_t next = -1;
+  EXPECT_THROW(ahead->decode_sampled(token, {}, &next), Error);
+  ahead->reset();
+  plain->reset();
+  ahead->prefill(prompt, la, {});
+  plain->prefill(prompt, lp, {});
+  EXPECT_EQ(la, lp);
+  sample(3, 1, {});
 }
 
 TEST(CudaBackend, SnapshotRestoreContinuesExactly) {

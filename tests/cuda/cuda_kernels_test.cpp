@@ -1190,9 +1190,10 @@ TEST(Norm, RmsNormGatedNormAndEmbedding) {
 // Conv, prepare and scan over several chunks (including 1-row decode steps) against the CPU
 // functions run over the same chunks, with the states carried on both sides; with the conv that
 // walks the rows and with the row-parallel one (prefill), and in the row-parallel pass the 1-row
-// steps go through the decode's fused deltanet_decode_step. A third pass gives the row-parallel conv
-// (its staged loads, and for one shape its own) and the gates bf16 inputs (the prefill projection's
-// output), the CPU the same values rounded.
+// steps go through the decode's fused deltanet_decode_step. The 1-row steps write their states into
+// a second pair of buffers, as decode does, and leave the first as it was. A third pass gives the
+// row-parallel conv (its staged loads, and for one shape its own) and the gates bf16 inputs (the prefill
+// projection's output), the CPU the same values rounded.
 TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
@@ -1216,8 +1217,7 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
           rec(static_cast<size_t>(Vt * s.Dk), 0.0f);
       DeviceArray<float> d_conv_w(conv_w), d_a_neg(a_neg), d_dt(dt_bias), d_conv_state(conv_state),
           d_rec(rec);
-      const std::vector<int> no_readers(static_cast<size_t>(s.Hk), 0);
-      DeviceArray<int> d_readers(no_readers);
+      DeviceArray<float> d_conv_next(conv_state.size()), d_rec_next(rec.size());
       int decode_steps = 0;  // the second of the three carries the z rows with int16 activations
       for (int64_t n : {5, 1, 1, 130, 1, 64}) {
         SCOPED_TRACE(fmt::format("chunk of {}", n));
@@ -1270,6 +1270,10 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
                                          d_conv.data(),
                                          C};
         if (bf16_in) conv_args.in_bf16 = d_qkv16.data();
+        const bool ping_pong = n == 1;
+        const std::vector<float> conv_before = d_conv_state.download(), rec_before = d_rec.download();
+        if (ping_pong) conv_args.state_out = d_conv_next.data();
+        float* const rec_out = ping_pong ? d_rec_next.data() : d_rec.data();
         conv_args.row_parallel = row_parallel;
         if (row_parallel && n > 1) {  // the row-parallel conv also does the norms
           conv_args.norm_heads = s.Hk;
@@ -1278,7 +1282,7 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
         if (n == 1 && row_parallel && !bf16_in) {  // a decode step: conv, prepare and scan fused
           cuda::DeltaNetDecodeStepArgs step{conv_args,   s.Hk,         s.Dk,       s.Hv,
                                             s.Dv,        d_b.data(),   d_a.data(), d_a_neg.data(),
-                                            d_dt.data(), d_rec.data(), d_o.data(), d_readers.data()};
+                                            d_dt.data(), d_rec.data(), rec_out,    d_o.data()};
           // At the model's shapes the launch also carries a z projection (4-bit, 2048 inputs, RMSNorm).
           const int64_t H = 2048;
           const HostMatrix zw = random_matrix(WeightFormat::kAffine4, Vt, H, 64, rng);
@@ -1295,7 +1299,6 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
             step.z_i16 = decode_steps++ == 1;
           }
           cuda::deltanet_decode_step(step, nullptr);
-          EXPECT_EQ(d_readers.download(), no_readers);
           EXPECT_EQ(carry, s.Dk == 128);
           if (carry) {
             std::vector<float> normed(static_cast<size_t>(H));
@@ -1322,14 +1325,21 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
                                           conv_args.norm_heads > 0};
           if (bf16_in) gates.b = gates.a = nullptr, gates.b_bf16 = d_b16.data(), gates.a_bf16 = d_a16.data();
           cuda::deltanet_prepare(gates, nullptr);
-          cuda::deltanet_scan({d_conv.data(), C, d_beta.data(), d_decay.data(), n, s.Hk, s.Hv, s.Dk, s.Dv,
-                               d_rec.data(), d_o.data(), Vt},
-                              nullptr);
+          cuda::DeltaNetScanArgs scan{d_conv.data(), C,    d_beta.data(), d_decay.data(), n,          s.Hk,
+                                      s.Hv,          s.Dk, s.Dv,          d_rec.data(),   d_o.data(), Vt};
+          scan.state_out = rec_out;
+          cuda::deltanet_scan(scan, nullptr);
           EXPECT_LT(rel_err(d_conv.download(), conv), 1e-5);
           EXPECT_LT(rel_err(d_beta.download(), beta), 1e-6);
           EXPECT_LT(rel_err(d_decay.download(), decay), 1e-5);
         }
         EXPECT_LT(rel_err(d_o.download(), o), 1e-4);
+        if (ping_pong) {
+          EXPECT_EQ(d_conv_state.download(), conv_before) << "a step wrote the window it read";
+          EXPECT_EQ(d_rec.download(), rec_before) << "a step wrote the state it read";
+          std::swap(d_conv_state, d_conv_next);
+          std::swap(d_rec, d_rec_next);
+        }
         EXPECT_LT(rel_err(d_conv_state.download(), conv_state), 1e-6);
         EXPECT_LT(rel_err(d_rec.download(), rec), 1e-4);
       }

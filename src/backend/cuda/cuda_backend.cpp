@@ -2,7 +2,8 @@
 //
 //   attention layers  KV cache [n_kv_heads, capacity, head_dim] bf16 for K and for V, capacity =
 //                     the context size, allocated up front (so a captured decode graph stays valid)
-//   DeltaNet layers   conv window [K-1, channels] and recurrent state [Hv, Dv, Dk], f32
+//   DeltaNet layers   conv window [K-1, channels] and recurrent state [Hv, Dv, Dk], f32, twice: a
+//                     decode step reads one set and writes the other, so a step run ahead can be dropped
 //
 // prefill runs in chunks: f32 residual stream, bf16 activations into the tensor-core GEMMs (the router
 // too, as the CPU's prefill; lever router-bf16 off: f32), the dense matrices from bf16 copies where a
@@ -11,10 +12,13 @@
 // one row with f32 activations through the GEMV kernels; the whole step (embedding .. lm_head .. token
 // choice) is one CUDA graph, captured at the first decode and replayed: it reads the input token and the
 // position from device memory, and its last kernel writes the chosen token into that input slot and advances
-// the position, so the host only copies the token (or the logits) back.
+// the position, so the host only copies the token (or the logits) back. With the token chosen on the device
+// (decode_sampled), the next step is launched before the token comes back (step_ahead_), and dropped if
+// the caller goes another way.
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -58,7 +62,6 @@ struct DecodeScratch {
   float *x, *normed;                                // [H]
   float* proj;                                      // [4, proj_stride]: the stacked projections of a mixer
   float *conv, *beta, *decay, *dn_out, *dn_normed;  // DeltaNet
-  int32_t* dn_readers;                              // [Hk] deltanet_decode_step's window counts
   float *q, *partial, *att_out;                     // attention
   float* router;                                    // [E + 1]: router logits, then the shared gate logit
   int32_t* route_counter;                           // [1] the fused router's block count (moe_decode)
@@ -124,11 +127,13 @@ class CudaBackend final : public Backend {
            kGemmTileRows);
     check(cudaSetDevice(0), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    check(cudaEventCreateWithFlags(&token_ready_, cudaEventDisableTiming), "cudaEventCreate");
+    for (cudaEvent_t& e : token_ready_)
+      check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "cudaEventCreate");
-    check(cudaMallocHost(&host_token_, sizeof(int32_t)), "cudaMallocHost");
+    check(cudaHostAlloc(&host_token_, 2 * sizeof(int32_t), cudaHostAllocMapped), "cudaHostAlloc");
+    check(cudaHostGetDevicePointer(&mapped_token_, host_token_, 0), "cudaHostGetDevicePointer");
     weights_ = upload_weights(model, stream_);
     allocate_state();
     allocate_decode();
@@ -137,9 +142,12 @@ class CudaBackend final : public Backend {
   }
 
   ~CudaBackend() override {
-    if (graph_) cudaGraphExecDestroy(graph_);
+    if (stream_) cudaStreamSynchronize(stream_);  // a step run ahead may still be running
+    for (cudaGraphExec_t g : graph_)
+      if (g) cudaGraphExecDestroy(g);
     if (host_token_) cudaFreeHost(host_token_);
-    if (token_ready_) cudaEventDestroy(token_ready_);
+    for (cudaEvent_t e : token_ready_)
+      if (e) cudaEventDestroy(e);
     if (fork_) cudaEventDestroy(fork_);
     if (join_) cudaEventDestroy(join_);
     if (side_) cudaStreamDestroy(side_);
@@ -151,7 +159,8 @@ class CudaBackend final : public Backend {
   int64_t max_context() const override { return max_context_; }
 
   void reset() override {
-    for (auto& [conv, rec] : deltanet_state_) {
+    drop_step_ahead();
+    for (auto& [conv, rec] : deltanet_state_[live_]) {
       check(cudaMemsetAsync(conv, 0, sizeof(float) * conv_state_floats(), stream_), "reset");
       check(cudaMemsetAsync(rec, 0, sizeof(float) * recurrent_state_floats(), stream_), "reset");
     }
@@ -173,6 +182,7 @@ class CudaBackend final : public Backend {
   void restore(const SequenceSnapshot& snapshot) override {
     const auto* s = dynamic_cast<const CudaSnapshot*>(&snapshot);
     if (s == nullptr || s->owner != this) fail("restore: the snapshot was taken from another backend");
+    drop_step_ahead();
     copy_state(s->buffer.data(), s->position_, /*to_snapshot=*/false);
     position_ = s->position_;
     set_device_position();
@@ -201,6 +211,7 @@ class CudaBackend final : public Backend {
     const size_t need = options.all_logits ? tokens.size() * V : V;
     if (logits.size() < need) fail("prefill: logits buffer holds {} floats, needs {}", logits.size(), need);
     if (tokens.empty()) return;
+    drop_step_ahead();
     ensure_prefill_rows(std::min<int64_t>(options.chunk, static_cast<int64_t>(tokens.size())));
     for (size_t done = 0; done < tokens.size();) {
       const size_t n = std::min(tokens.size() - done, static_cast<size_t>(options.chunk));
@@ -224,7 +235,10 @@ class CudaBackend final : public Backend {
   void decode(int32_t token, std::span<float> logits) override {
     check_tokens(std::span<const int32_t>(&token, 1));
     if (logits.size() < static_cast<size_t>(cfg_.vocab_size)) fail("decode: logits buffer too small");
-    run_step(token);
+    drop_step_ahead();
+    put_token(token);
+    launch_step();
+    commit_step();
     check(cudaMemcpyAsync(logits.data(), d_.logits, sizeof(float) * static_cast<size_t>(cfg_.vocab_size),
                           cudaMemcpyDeviceToHost, stream_),
           "decode: logits");
@@ -236,18 +250,37 @@ class CudaBackend final : public Backend {
     check_tokens(std::span<const int32_t>(&token, 1));
     if (s.temperature != sampling_.temperature || s.top_k != sampling_.top_k || s.top_p != sampling_.top_p ||
         s.min_p != sampling_.min_p || s.seed != sampling_.seed) {
+      drop_step_ahead();
       sampling_ = SamplingState{s.temperature, s.top_k, s.top_p, s.min_p, s.seed, sampling_.draws};
+      draws_ = sampling_.draws;
       check(cudaMemcpyAsync(d_.sampling, &sampling_, sizeof sampling_, cudaMemcpyHostToDevice, stream_),
             "sampling");
       sync();  // sampling_ is pageable host memory the copy reads
     }
-    run_step(token);
-    check(cudaMemcpyAsync(host_token_, d_.token, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
-          "decode: token");
-    check(cudaEventRecord(token_ready_, stream_), "decode: event");
-    check(cudaEventSynchronize(token_ready_), "decode: token");
+    const int slot = live_;  // where this step's token comes back
+    if (ahead_ && token == ahead_token_) {
+      ahead_ = false;  // the last call launched this token's step already
+    } else {
+      drop_step_ahead();
+      put_token(token);
+      launch_step();
+      record_token_ready(slot);
+    }
+    commit_step();
+    // The next step goes in before this one's token is back to the host; it reads the token from the
+    // device's input slot, so the GPU runs on while the host looks at this token. A stop, a cancel or
+    // anything but that token next drops it (drop_step_ahead). Not at the context's end, and not
+    // with a block timeline, which holds one step.
+    if (step_ahead_ && position_ < max_context_ && !block_trace::enabled()) {
+      launch_step();
+      record_token_ready(live_);
+      ahead_ = true;
+    }
+    check(cudaEventSynchronize(token_ready_[slot]), "decode: token");
     block_trace::collect();
-    *next = device_token_ = *host_token_;
+    *next = host_token_[slot];
+    ahead_token_ = *next;
+    device_token_ = ahead_ ? -1 : *next;
     return true;
   }
 
@@ -259,6 +292,8 @@ class CudaBackend final : public Backend {
       const std::string name = off.substr(begin, end - begin);
       if (name == "graph")
         use_graph_ = false;
+      else if (name == "step-ahead")
+        step_ahead_ = false;
       else if (name == "fusion")
         fuse_ = false;
       else if (name == "overlap")
@@ -315,8 +350,9 @@ class CudaBackend final : public Backend {
         dense_bf16_ = false;
       else if (!name.empty())
         fail(
-            "--cuda-off: unknown name \"{}\" (known: graph, fusion, overlap, decode-attention, gemv-rows, "
-            "carry-z, moe-one-pass, shared-spread, lm-head-stream, combine-gate, int16, wgmma, gemm, conv, "
+            "--cuda-off: unknown name \"{}\" (known: graph, step-ahead, fusion, overlap, decode-attention, "
+            "gemv-rows, carry-z, moe-one-pass, shared-spread, lm-head-stream, combine-gate, int16, wgmma, "
+            "gemm, conv, "
             "router-bf16, router, "
             "attention-wgmma, attention-pipeline, attention, chunked-scan, down-bf16, deltanet-in-bf16, "
             "in-proj-stack, expert-tiles-144, shared-overlap, prefill-overlap, combine-norm, dense-bf16)",
@@ -340,7 +376,7 @@ class CudaBackend final : public Backend {
     const size_t kv_rows = static_cast<size_t>(cfg_.n_kv_heads) * static_cast<size_t>(positions) *
                            kv_row_bytes(kv_dtype_, cfg_.head_dim);
     return kv_cache_.size() * 2 * kv_rows +
-           deltanet_state_.size() * (conv_state_floats() + recurrent_state_floats()) * sizeof(float);
+           deltanet_state_[live_].size() * (conv_state_floats() + recurrent_state_floats()) * sizeof(float);
   }
 
   // Copies the state between the live buffers and a packed snapshot region, on the stream.
@@ -366,7 +402,7 @@ class CudaBackend final : public Backend {
             move(scales + static_cast<size_t>(h) * static_cast<size_t>(max_context_),
                  static_cast<size_t>(positions) * sizeof(float));
     }
-    for (const auto& [conv, rec] : deltanet_state_) {
+    for (const auto& [conv, rec] : deltanet_state_[live_]) {
       move(conv, conv_state_floats() * sizeof(float));
       move(rec, recurrent_state_floats() * sizeof(float));
     }
@@ -394,7 +430,7 @@ class CudaBackend final : public Backend {
   void allocate_state() {
     auto carve = [&](Carver& c) {
       kv_cache_.clear();
-      deltanet_state_.clear();
+      for (auto& set : deltanet_state_) set.clear();
       slot_.clear();
       for (LayerKind kind : cfg_.layers) {
         if (kind == LayerKind::kAttention) {
@@ -406,9 +442,9 @@ class CudaBackend final : public Backend {
             kv_cache_.push_back(
                 {c.take<uint16_t>(kv_elems()), c.take<uint16_t>(kv_elems()), nullptr, nullptr});
         } else {
-          slot_.push_back(static_cast<int>(deltanet_state_.size()));
-          deltanet_state_.push_back(
-              {c.take<float>(conv_state_floats()), c.take<float>(recurrent_state_floats())});
+          slot_.push_back(static_cast<int>(deltanet_state_[0].size()));
+          for (auto& set : deltanet_state_)
+            set.push_back({c.take<float>(conv_state_floats()), c.take<float>(recurrent_state_floats())});
         }
       }
       if (kv_q8() && !kv_cache_.empty())
@@ -437,7 +473,6 @@ class CudaBackend final : public Backend {
       d_.decay = c.take<float>(u(cfg_.lin_n_v_heads));
       d_.dn_out = c.take<float>(u(cfg_.lin_v_total()));
       d_.dn_normed = c.take<float>(u(cfg_.lin_v_total()));
-      d_.dn_readers = c.take<int32_t>(u(cfg_.lin_n_k_heads));
       d_.q = c.take<float>(u(nq_hd));
       attention_splits_ = attention_decode_splits(cfg_.n_kv_heads);
       d_.partial = c.take<float>(u(cfg_.n_heads) * u(attention_splits_) * u(cfg_.head_dim + 2));
@@ -464,13 +499,10 @@ class CudaBackend final : public Backend {
     Carver real(decode_buf_.data());
     carve(real);
     check(cudaMemsetAsync(d_.route_counter, 0, sizeof(int32_t), stream_), "route counter");
-    check(cudaMemsetAsync(
-              d_.moe_sync, 0,
-              sizeof(unsigned long long) * static_cast<size_t>(kMoeSyncWords * cfg_.n_layers()), stream_),
+    check(cudaMemsetAsync(d_.moe_sync, 0,
+                          sizeof(unsigned long long) * static_cast<size_t>(kMoeSyncWords * cfg_.n_layers()),
+                          stream_),
           "moe counters");
-    check(
-        cudaMemsetAsync(d_.dn_readers, 0, sizeof(int32_t) * static_cast<size_t>(cfg_.lin_n_k_heads), stream_),
-        "deltanet window counts");
     check(cudaMemsetAsync(d_.sample_counter, 0, sizeof(int32_t), stream_), "sample counter");
     check(cudaMemcpyAsync(d_.sampling, &sampling_, sizeof sampling_, cudaMemcpyHostToDevice, stream_),
           "sampling");
@@ -687,24 +719,49 @@ class CudaBackend final : public Backend {
   }
 
   // ---- decode -----------------------------------------------------------------------------------
-  void run_step(int32_t token) {
-    if (token != device_token_) {  // the device slot holds the last sampled token already
-      host_token_in_ = token;
-      check(cudaMemcpyAsync(d_.token, &host_token_in_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
-            "token");
-    }
+  // The step's input token into the device's slot, unless the slot holds it (the last step chose it).
+  void put_token(int32_t token) {
+    if (token == device_token_) return;
+    host_token_in_ = token;
+    check(cudaMemcpyAsync(d_.token, &host_token_in_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+          "token");
+  }
+
+  // Enqueues one step for the token in the device's slot at the device's position, from the DeltaNet
+  // states of set live_ into the other set; commit_step then makes it the sequence's.
+  void launch_step() {
     block_trace::arm(stream_);
     if (use_graph_) {
-      if (!graph_) capture_step();
-      check(cudaGraphLaunch(graph_, stream_), "cudaGraphLaunch");
+      cudaGraphExec_t& graph = graph_[live_];
+      if (!graph) graph = capture_step();
+      check(cudaGraphLaunch(graph, stream_), "cudaGraphLaunch");
     } else {
       enqueue_step();
     }
+  }
+  void commit_step() {
     ++position_;
+    live_ ^= 1;
+    ++draws_;            // every step's sampler draws, wanted or not
     device_token_ = -1;  // until decode_sampled reads back what the step chose
   }
+  // token_ready_[slot] recorded after the step, whose sampler stored its token in host_token_[slot].
+  void record_token_ready(int slot) { check(cudaEventRecord(token_ready_[slot], stream_), "decode: event"); }
+  // The step decode_sampled launched ahead is not wanted. It runs anyway, but it wrote its DeltaNet
+  // states into the set the sequence does not hold and its KV rows past the sequence's end, where the
+  // next step writes them again; what else it moved on the device goes back: the position counter,
+  // the sampler's draw count and the input slot.
+  void drop_step_ahead() {
+    if (!ahead_) return;
+    ahead_ = false;
+    set_device_position();
+    check(cudaMemcpyAsync(&d_.sampling->draws, &draws_, sizeof draws_, cudaMemcpyHostToDevice, stream_),
+          "sampling draws");
+    device_token_ = -1;
+  }
 
-  void capture_step() {
+  // The decode step from the DeltaNet states of set live_, captured into a graph.
+  cudaGraphExec_t capture_step() {
     cudaGraph_t graph = nullptr;
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     try {
@@ -715,9 +772,11 @@ class CudaBackend final : public Backend {
       throw;
     }
     check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
-    const cudaError_t status = cudaGraphInstantiate(&graph_, graph, 0);
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     check(status, "cudaGraphInstantiate");
+    return exec;
   }
 
 #ifdef QWICK_DECODE_SKIP
@@ -783,10 +842,10 @@ class CudaBackend final : public Backend {
     if (!skipped("lm-head"))
       gemv_one(weights_.lm_head, final_norm ? d_.x : d_.normed, d_.logits, false, final_norm, stream_lm_head_);
     if (!skipped("sample"))
-      sample_token(
-          SampleArgs{d_.logits, cfg_.vocab_size, d_.sampling, d_.token, d_.position, d_.sample_partials,
-                     d_.sample_counter, d_.sample_candidates, d_.sample_candidate_counts},
-          stream_);
+      sample_token(SampleArgs{d_.logits, cfg_.vocab_size, d_.sampling, d_.token, d_.position,
+                              d_.sample_partials, d_.sample_counter, d_.sample_candidates,
+                              d_.sample_candidate_counts, mapped_token_ + live_},
+                   stream_);
   }
 
   // The norm weight when the projections fuse it (they then read the residual d_.x), else null (an
@@ -870,13 +929,18 @@ class CudaBackend final : public Backend {
       else
         gemv_stack({w.qkv, w.b, w.a, w.z}, w.proj_table, mixer_input(input_norm), d_.proj, ps, input_norm);
     }
-    const auto& [conv_state, rec_state] = deltanet_state_[static_cast<size_t>(slot)];
-    const DeltaNetConvArgs conv{d_.proj,    0,       1, cfg_.conv_channels(), w.conv, cfg_.conv_kernel,
-                                conv_state, d_.conv, 0};
+    // From set live_ into the other (launch_step).
+    const auto& [conv_state, rec_state] =
+        deltanet_state_[static_cast<size_t>(live_)][static_cast<size_t>(slot)];
+    const auto& [conv_next, rec_next] =
+        deltanet_state_[static_cast<size_t>(live_ ^ 1)][static_cast<size_t>(slot)];
+    DeltaNetConvArgs conv{d_.proj,    0,       1, cfg_.conv_channels(), w.conv, cfg_.conv_kernel,
+                          conv_state, d_.conv, 0};
+    conv.state_out = conv_next;
     if (fuse_) {
       DeltaNetDecodeStepArgs step{
           conv,    cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, cfg_.lin_v_dim, proj_b,  proj_a,
-          w.a_neg, w.dt_bias,          rec_state,      d_.dn_out,          d_.dn_readers,  overlap_};
+          w.a_neg, w.dt_bias,          rec_state,      rec_next,           d_.dn_out,      overlap_};
       if (z_along) {
         step.z = w.z;
         step.z_x = mixer_input(input_norm);
@@ -891,9 +955,20 @@ class CudaBackend final : public Backend {
       deltanet_prepare({d_.conv, 0, 1, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, proj_b, proj_a,
                         0, w.a_neg, w.dt_bias, d_.beta, d_.decay},
                        stream_);
-      deltanet_scan({d_.conv, 0, d_.beta, d_.decay, 1, cfg_.lin_n_k_heads, cfg_.lin_n_v_heads, cfg_.lin_k_dim,
-                     cfg_.lin_v_dim, rec_state, d_.dn_out, 0},
-                    stream_);
+      DeltaNetScanArgs scan{d_.conv,
+                            0,
+                            d_.beta,
+                            d_.decay,
+                            1,
+                            cfg_.lin_n_k_heads,
+                            cfg_.lin_n_v_heads,
+                            cfg_.lin_k_dim,
+                            cfg_.lin_v_dim,
+                            rec_state,
+                            d_.dn_out,
+                            0};
+      scan.state_out = rec_next;
+      deltanet_scan(scan, stream_);
     }
     if (fuse_ && gemv_gated_norm_fits(cfg_.lin_v_dim) && ps % 4 == 0) {
       // out_proj · gated_norm(o, z): the per-head norm and the gate applied as the gemv reads o.
@@ -1112,7 +1187,8 @@ class CudaBackend final : public Backend {
     const float* const in32 = in16 ? nullptr : p_.dn_in;
     const auto f32_at = [&](int64_t col) { return in32 ? in32 + col : nullptr; };
     const auto bf16_at = [&](int64_t col) { return in16 ? in16 + col : nullptr; };
-    const auto& [conv_state, rec_state] = deltanet_state_[static_cast<size_t>(slot)];
+    const auto& [conv_state, rec_state] =
+        deltanet_state_[static_cast<size_t>(live_)][static_cast<size_t>(slot)];
     timer_.mark("deltanet: conv, gates");
     DeltaNetConvArgs conv{in32, ld, n, C, w.conv, cfg_.conv_kernel, conv_state, p_.conv, C};
     conv.in_bf16 = in16;
@@ -1402,8 +1478,10 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cudaStream_t side_ = nullptr;                  // prefill work beside stream_'s (shared_overlap_)
   cudaEvent_t fork_ = nullptr, join_ = nullptr;  // side_ starts after / stream_ waits for side_
-  cudaEvent_t token_ready_ = nullptr;
-  int32_t* host_token_ = nullptr;                  // pinned: the chosen token comes back here
+  cudaEvent_t token_ready_[2] = {};              // a step's chosen token is in host_token_[slot]
+  // Mapped host memory [2]: a step from set s stores its chosen token in slot s (two steps in flight).
+  int32_t* host_token_ = nullptr;
+  int32_t* mapped_token_ = nullptr;                // host_token_ as the device addresses it
   int32_t host_token_in_ = 0, host_position_ = 0;  // sources of small host-to-device copies
   CudaModelWeights weights_;
 
@@ -1417,18 +1495,25 @@ class CudaBackend final : public Backend {
   };
   std::vector<KvLayer> kv_cache_;                          // per attention layer
   std::pair<uint16_t*, uint16_t*> kv_bf16_{};              // q8: K and V as bf16, for prefill's attention
-  std::vector<std::pair<float*, float*>> deltanet_state_;  // per DeltaNet layer: conv window, recurrent S
-  std::vector<int> slot_;                                  // per layer: index into one of the two
+  // Two sets, per DeltaNet layer: conv window, recurrent S. Set live_ holds the sequence; prefill
+  // updates it in place, a decode step writes the other and commit_step swaps them.
+  std::array<std::vector<std::pair<float*, float*>>, 2> deltanet_state_;
+  int live_ = 0;
+  std::vector<int> slot_;  // per layer: index into kv_cache_ or into a set of deltanet_state_
 
   DeviceBuffer decode_buf_, prefill_buf_;
   DecodeScratch d_{};
   PrefillScratch p_{};
   int64_t prefill_rows_ = 0;
-  cudaGraphExec_t graph_ = nullptr;
+  cudaGraphExec_t graph_[2] = {};  // the decode step from DeltaNet state set 0, and from set 1
 
   int64_t position_ = 0;
   int32_t device_token_ = -1;  // the token the device's input slot holds, or -1
+  bool step_ahead_ = true;     // decode_sampled launches the next step before this one's token is back
+  bool ahead_ = false;         // a step is queued past position_ for ahead_token_ (the last token returned)
+  int32_t ahead_token_ = -1;
   SamplingState sampling_{};
+  uint64_t draws_ = 0;  // the device's draw count after the committed steps
   int64_t device_used_peak_ = 0;
 };
 

@@ -14,6 +14,11 @@ __device__ __forceinline__ float inv_l2(float sumsq) {
   return 1.0f / sqrtf(sumsq + 1e-6f);
 }
 
+// Where the window after the rows goes (DeltaNetConvArgs::state_out).
+__device__ __forceinline__ float* window_after(const DeltaNetConvArgs& a) {
+  return a.state_out ? a.state_out : a.state;
+}
+
 template <int K>
 __global__ void conv_kernel(DeltaNetConvArgs a) {
   QWICK_TRACE_BLOCK();
@@ -36,8 +41,9 @@ __global__ void conv_kernel(DeltaNetConvArgs a) {
     for (int j = 0; j + 1 < K - 1; ++j) hist[j] = hist[j + 1];
     hist[K - 2] = x;
   }
+  float* const window = window_after(a);
 #pragma unroll
-  for (int j = 0; j < K - 1; ++j) a.state[j * a.C + c] = hist[j];
+  for (int j = 0; j < K - 1; ++j) window[j * a.C + c] = hist[j];
 }
 
 // One step of warp_sums16: keep M of the values, swap the other M with the lane 2M apart.
@@ -168,8 +174,9 @@ __global__ void conv_window_kernel(DeltaNetConvArgs a) {
     const int64_t src = a.n - (K - 1) + j;
     next[j] = src < 0 ? a.state[(K - 1 + src) * a.C + c] : f32_or_bf16(a.in, a.in_bf16, src * a.ld_in + c);
   }
+  float* const window = window_after(a);
 #pragma unroll
-  for (int j = 0; j < K - 1; ++j) a.state[j * a.C + c] = next[j];
+  for (int j = 0; j < K - 1; ++j) window[j * a.C + c] = next[j];
 }
 
 template <int K>
@@ -219,8 +226,8 @@ constexpr int kScanRowsPerBlock = kScanRowsPerWarp * kScanWarps;
 
 // A warp's 8 rows of value head h's state [Dv, Dk] from row j0, lane l's EPL elements from l·EPL:
 // where they are, loaded into and stored from registers.
-template <int EPL>
-__device__ __forceinline__ float* state_rows(float* state, int Dv, int Dk, int h, int j0) {
+template <int EPL, typename T>
+__device__ __forceinline__ T* state_rows(T* state, int Dv, int Dk, int h, int j0) {
   const int lane = threadIdx.x & 31;
   return state + (static_cast<int64_t>(h) * Dv + j0) * Dk + lane * EPL;
 }
@@ -291,9 +298,8 @@ __global__ void __launch_bounds__(kScanWarps * 32) scan_kernel(DeltaNetScanArgs 
   const int64_t q_off = static_cast<int64_t>(kh) * a.Dk + lane * EPL;
   const int64_t k_off = key_dim + q_off;
   const int64_t v_off = 2 * key_dim + static_cast<int64_t>(h) * a.Dv + j0;
-  float* state = state_rows<EPL>(a.state, a.Dv, a.Dk, h, j0);
   float S[kScanRowsPerWarp][EPL];
-  load_rows<EPL>(state, a.Dk, S);
+  load_rows<EPL>(state_rows<EPL>(a.state, a.Dv, a.Dk, h, j0), a.Dk, S);
 
   // Inputs of token t, loaded one token ahead.
   float q[EPL], k[EPL], v[kScanRowsPerWarp], beta = 0.0f, decay = 0.0f;
@@ -318,11 +324,11 @@ __global__ void __launch_bounds__(kScanWarps * 32) scan_kernel(DeltaNetScanArgs 
     const float o = token_step<EPL>(S, cq, ck, cv, cbeta, cdecay);
     if (lane < kScanRowsPerWarp) a.out[t * a.ld_out + static_cast<int64_t>(h) * a.Dv + j0 + lane] = o;
   }
-  store_rows<EPL>(state, a.Dk, S);
+  store_rows<EPL>(state_rows<EPL>(a.state_out ? a.state_out : a.state, a.Dv, a.Dk, h, j0), a.Dk, S);
 }
 
 // Conv + SiLU of channel c for the decode row: reads the window (hist, oldest first) and the new input
-// x; conv_shift then moves the window on.
+// x; conv_shift then writes the window moved on into state_out.
 template <int K>
 __device__ __forceinline__ float conv_read(const DeltaNetConvArgs& a, int64_t c, float (&hist)[K - 1],
                                            float& x) {
@@ -337,8 +343,8 @@ template <int K>
 __device__ __forceinline__ void conv_shift(const DeltaNetConvArgs& a, int64_t c, const float (&hist)[K - 1],
                                            float x) {
 #pragma unroll
-  for (int j = 0; j + 1 < K - 1; ++j) a.state[j * a.C + c] = hist[j + 1];
-  a.state[(K - 2) * a.C + c] = x;
+  for (int j = 0; j + 1 < K - 1; ++j) a.state_out[j * a.C + c] = hist[j + 1];
+  a.state_out[(K - 2) * a.C + c] = x;
 }
 
 // The z projection's rows carried by the step's launch (DeltaNetDecodeStepArgs::z), computed as the
@@ -390,10 +396,9 @@ __device__ __forceinline__ void z_block(const DeviceMatrix m, const float* x, co
 constexpr int kMaxStepDk = 128;  // q and k of a key head staged in shared memory, one channel a thread
 
 // The decode step of one (value head, 32 state rows) block: conv + SiLU of its key head's q and k
-// channels and of its 32 value channels, the L2 norms, the gates, then token_step. The key head's
-// channels are read by every block of its value heads, so their window moves on only once all of
-// them have read it: each block counts itself in readers[kh] after its reads, and the last one
-// writes the window and resets the count. The value channels and the state rows are the block's own.
+// channels and of its 32 value channels, the L2 norms, the gates, then token_step. Every block of the
+// key head's value heads reads its q and k channels; the first of them (value head kh·Hv/Hk, rows 0-31)
+// writes their window moved on. The value channels and the state rows are the block's own.
 // kZ: the launch also carries the z projection (format ZF, input form ZA) in blocks past the step's Hv
 // columns.
 template <int EPL, int K, bool kZ = false, WeightFormat ZF = WeightFormat::kAffine4, Act ZA = Act::kF32>
@@ -409,7 +414,6 @@ __global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)
   }
   constexpr int kThreads = kScanWarps * 32, kQkPerThread = kMaxStepDk / kThreads;
   __shared__ float qs[kMaxStepDk], ks[kMaxStepDk], vs[kScanRowsPerBlock], scratch[32], beta_decay[2];
-  __shared__ bool last;
   const int h = blockIdx.x, kh = h / (a.Hv / a.Hk), tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31, j0 = blockIdx.y * kScanRowsPerBlock;
   const int64_t key_dim = int64_t{a.Hk} * a.Dk;
@@ -418,13 +422,12 @@ __global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)
   // overlap they are requested while the input projection still runs).
   let_next_kernel_start();
   const int r0 = j0 + warp * kScanRowsPerWarp;
-  float* state = state_rows<EPL>(a.state, a.Dv, a.Dk, h, r0);
   float S[kScanRowsPerWarp][EPL];
-  load_rows<EPL>(state, a.Dk, S);
+  load_rows<EPL>(state_rows<EPL>(a.state, a.Dv, a.Dk, h, r0), a.Dk, S);
   // What the reads after the wait take besides the projections, requested before it, so that their
   // round trips (from DRAM: the step's weights stream through L2 in between) overlap the wait: each
   // channel's convolution weights and the gate constants into L1 (no kernel writes them), the channel's
-  // window of last step's rows into L2 (this launch's blocks move it on).
+  // window of last step's rows into L2.
   // This thread's q and k channels: f(qk, i, d, channel) for element d = tid + i · kThreads of q (qk 0)
   // and of k (qk 1) of the key head; and its value channel (tid < kScanRowsPerBlock).
   auto qk_channels = [&](auto&& f) {
@@ -448,9 +451,12 @@ __global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)
 
   wait_for_previous_kernel();  // the projections
 
-  float hist[2][kQkPerThread][K - 1], x[2][kQkPerThread], ss[2] = {0.0f, 0.0f};
-  qk_channels([&](int qk, int i, int d, int64_t c) {
-    const float v = conv_read<K>(a.conv, c, hist[qk][i], x[qk][i]);
+  const bool moves_qk = h % (a.Hv / a.Hk) == 0 && blockIdx.y == 0;
+  float ss[2] = {0.0f, 0.0f};
+  qk_channels([&](int qk, int, int d, int64_t c) {
+    float hist[K - 1], x;
+    const float v = conv_read<K>(a.conv, c, hist, x);
+    if (moves_qk) conv_shift<K>(a.conv, c, hist, x);
     (qk == 0 ? qs : ks)[d] = v;
     ss[qk] += v * v;
   });
@@ -463,9 +469,6 @@ __global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)
   // block_sum's barriers also order the staging above before the reads below.
   const float q_scale = inv_l2(block_sum(ss[0], scratch)) / sqrtf(static_cast<float>(a.Dk)),
               k_scale = inv_l2(block_sum(ss[1], scratch));
-  // Every thread's window reads returned before the barriers above (their values are in qs and ks),
-  // so the block may count itself; the count comes back while the scan runs.
-  if (tid == 0) last = atomicAdd(a.readers + kh, 1) == (a.Hv / a.Hk) * static_cast<int>(gridDim.y) - 1;
   block_trace_mark<0>();
 
   float q[EPL], k[EPL], v[kScanRowsPerWarp];
@@ -476,13 +479,7 @@ __global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)
   const float o = token_step<EPL>(S, q, k, v, beta_decay[0], beta_decay[1]);
   block_trace_mark<1>();
   if (lane < kScanRowsPerWarp) a.out[int64_t{h} * a.Dv + r0 + lane] = o;
-  store_rows<EPL>(state, a.Dk, S);
-
-  // The last block of the key head to count itself moves its q and k windows on.
-  __syncthreads();
-  if (!last) return;
-  qk_channels([&](int qk, int i, int, int64_t c) { conv_shift<K>(a.conv, c, hist[qk][i], x[qk][i]); });
-  if (tid == 0) a.readers[kh] = 0;
+  store_rows<EPL>(state_rows<EPL>(a.state_out, a.Dv, a.Dk, h, r0), a.Dk, S);
 }
 
 template <int EPL>
@@ -555,6 +552,8 @@ void deltanet_decode_step(const DeltaNetDecodeStepArgs& a, cudaStream_t stream) 
   if (a.conv.n != 1 || a.Dv % kScanRowsPerBlock != 0 || a.Hk <= 0 || a.Hv % a.Hk != 0)
     check(cudaErrorInvalidValue, "deltanet_decode_step: shape");
   if (a.conv.in_bf16) check(cudaErrorInvalidValue, "deltanet_decode_step: f32 input only");
+  if (!a.conv.state_out || a.conv.state_out == a.conv.state || !a.state_out || a.state_out == a.state)
+    check(cudaErrorInvalidValue, "deltanet_decode_step: the states after the step need buffers of their own");
   if (a.z.rows > 0) {
     if (!deltanet_decode_step_carries_z(a.Dk, a.conv.K, a.z))
       check(cudaErrorInvalidValue, "deltanet_decode_step: cannot carry this z projection");

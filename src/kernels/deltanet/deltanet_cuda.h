@@ -2,7 +2,8 @@
 //
 //   deltanet_conv     causal depthwise conv + SiLU over n rows, one thread per channel walking the
 //                     rows with the K-1 previous inputs in registers; the window state [K-1, C]
-//                     is read at the start and written back at the end (ready for the next chunk).
+//                     is read at the start and written at the end (ready for the next chunk), back
+//                     into place or, for decode, into a second window (state_out).
 //                     With row_parallel (and n > 1) a thread per (channel, run of 16 rows) instead,
 //                     then the window: a chunk's rows no longer wait on each other; that kernel
 //                     can also L2-normalise q and k (norm_heads), which saves deltanet_prepare a
@@ -35,7 +36,7 @@ struct DeltaNetConvArgs {
   int64_t n, C;
   const float* w;  // [C, K]; tap K-1 multiplies the newest row
   int K;           // 2..4
-  float* state;    // [K-1, C], oldest first; updated
+  float* state;    // [K-1, C], oldest first: the window before the rows, and after them unless state_out
   float* out;      // [n, ld_out]
   int64_t ld_out;
   bool row_parallel = false;
@@ -48,6 +49,9 @@ struct DeltaNetConvArgs {
   // output, which the conv then reads in half the bytes. Not for the decode step.
   const uint16_t* in_bf16 = nullptr;
   bool overlap = false;  // programmatic dependent launches (cuda_launch.h); not for the decode step
+  // [K-1, C]: where the window after the rows goes instead of state (decode, which keeps two windows
+  // and alternates, so that a step can be undone); null: state.
+  float* state_out = nullptr;
 };
 void deltanet_conv(const DeltaNetConvArgs& a, cudaStream_t stream);
 // Head sizes whose norms deltanet_conv can do (norm_dim).
@@ -81,27 +85,32 @@ struct DeltaNetScanArgs {
   const float* decay;  // [n, Hv]
   int64_t n;
   int Hk, Hv, Dk, Dv;  // Dk in {32, 64, 128}, Dv a multiple of 32
-  float* state;        // [Hv, Dv, Dk]
+  float* state;        // [Hv, Dv, Dk]: before the rows, and after them unless state_out
   float* out;          // [n, ld_out], value head h at h·Dv
   int64_t ld_out;
   bool overlap = false;  // programmatic dependent launches (cuda_launch.h), of the chunked scan too
+  float* state_out =
+      nullptr;  // [Hv, Dv, Dk]: the state after the rows instead of state (decode); null: state
 };
 void deltanet_scan(const DeltaNetScanArgs& a, cudaStream_t stream);
 
 // Decode (one row): deltanet_conv, deltanet_prepare and deltanet_scan in one launch, with the scan's
 // grid (a block per value head and 32 state rows); each block computes the conv, SiLU and L2 norms of
 // its key head's q and k (as every block of that key head does) and of its own 32 value channels, and
-// its head's gates. The three kernels' results, up to f32 rounding (the norms' sums).
+// its head's gates. The three kernels' results, up to f32 rounding (the norms' sums). The step reads the
+// window and the recurrent state from one pair of buffers and writes them to another (the backend
+// alternates between two pairs): every block of a key head reads that head's window, so in place its
+// blocks would have to count their reads before one of them moved the window on.
 struct DeltaNetDecodeStepArgs {
-  DeltaNetConvArgs conv;  // n = 1; out unused
+  DeltaNetConvArgs conv;  // n = 1; out unused; state_out set and apart from state
   int Hk, Dk, Hv, Dv;     // as DeltaNetScanArgs
   const float* b;         // [Hv]
   const float* a;
   const float* a_neg;
   const float* dt_bias;
-  float* state;  // [Hv, Dv, Dk]
-  float* out;    // [Hv · Dv]
-  int* readers;  // [Hk] zero, and zero again after the launch: blocks done reading each key head's window
+  const float* state;    // [Hv, Dv, Dk] before the step
+  float* state_out;      // [Hv, Dv, Dk] after it (apart from state)
+  float* out;            // [Hv · Dv]
   bool overlap = false;  // a programmatic dependent launch (launch_kernel)
   // Optional (z.rows > 0, where deltanet_decode_step_carries_z): the mixer's z projection, riding
   // along in blocks of its own, z_out = z · RMSNorm(z_x) (z_norm: the norm's weight, 1 + w; null: z_x

@@ -373,6 +373,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
   }
   if (tid == 0) {
     *a.token = chosen;
+    if (a.host_token) *a.host_token = chosen;
     a.state->draws = st.draws + 1;
     if (a.position) *a.position += 1;
     *a.counter = 0;

@@ -62,6 +62,9 @@ struct SampleArgs {
   int32_t* counter;                       // device [1], zero before the first call; the last block resets it
   SampleCandidate* candidates = nullptr;  // device scratch [kSampleMaxBlocks][kSampleBlockCandidates]
   int32_t* candidate_counts = nullptr;    // device scratch [kSampleMaxBlocks]; null: no candidates
+  // Mapped host memory the chosen id is also stored to, or null: the host reads it once the step's
+  // work is done, with no copy queued between one decode step and the next.
+  int32_t* host_token = nullptr;
 };
 void sample_token(const SampleArgs& a, cudaStream_t stream);
 
