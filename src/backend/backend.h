@@ -61,7 +61,9 @@ struct BackendOptions {
   std::string cuda_off;
 };
 
-// Token selection done where the logits are (Backend::decode_sampled); 0 / 1 disable a cut.
+// Token selection done where the logits are (Backend::decode_sampled); 0 / 1 disable a cut. The
+// draws are numbered from the sequence's last prefill, so a prompt sampled again with the same
+// parameters and seed gives the same tokens.
 struct DeviceSampling {
   float temperature = 0.0f;  // <= 0: greedy
   int top_k = 0;

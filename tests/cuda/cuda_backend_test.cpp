@@ -1,7 +1,7 @@
 // The CUDA backend end to end: the transformers fixtures (tests/fixtures/reference) in every layout,
 // agreement with the CPU backend, decode through the captured graph == decode without it, prefill
-// then decode == one longer prefill, any chunk size gives the same logits, device sampling, a step
-// launched ahead and dropped, reset and bad input. Skipped without a GPU.
+// then decode == one longer prefill, any chunk size gives the same logits, device sampling and its
+// seeded draws, a step launched ahead and dropped, reset and bad input. Skipped without a GPU.
 //
 // Tolerances: prefill runs bf16 activations into the tensor cores (decode keeps f32). How far that
 // alone moves each fixture was measured by running the CPU backend with every matmul input rounded
@@ -432,6 +432,37 @@ TEST(CudaBackend, DeviceSamplingFollowsTheLogits) {
     EXPECT_GE(logits[static_cast<size_t>(next)], sorted[4]) << "step " << step;
     token = next;
   }
+}
+
+// The device's draws are numbered from the last prefill: the same prompt, parameters and seed give
+// the same tokens again, as the host sampler does for a new request; another seed other ones.
+TEST(CudaBackend, SeededDrawsRepeatAfterPrefill) {
+  QWICK_REQUIRE_GPU();
+  const auto model = load_model(test::fixture("small/mlx4"));
+  BackendOptions opt;
+  opt.max_context = 128;
+  auto backend = make_backend("cuda", *model, opt);
+  std::vector<float> logits(static_cast<size_t>(model->config.vocab_size));
+  const Fixture fx("small");
+  const std::vector<int32_t> prompt(fx.tokens.begin(), fx.tokens.begin() + 30);
+  auto draw = [&](uint64_t seed) {
+    backend->reset();
+    backend->prefill(prompt, logits, {});
+    DeviceSampling s;
+    s.temperature = 1.5f;
+    s.top_k = 50;
+    s.seed = seed;
+    std::vector<int32_t> out{1};
+    for (int i = 0; i < 12; ++i) {
+      int32_t next = -1;
+      EXPECT_TRUE(backend->decode_sampled(out.back(), s, &next));
+      out.push_back(next);
+    }
+    return out;
+  };
+  const auto first = draw(5);
+  EXPECT_EQ(draw(5), first);
+  EXPECT_NE(draw(6), first);
 }
 
 // decode_sampled launches the next step before the token it returns is back (lever step-ahead). That

@@ -166,6 +166,8 @@ class CudaBackend final : public Backend {
     }
     position_ = 0;
     set_device_position();
+    draws_ = 0;
+    set_device_draws();
     device_token_ = -1;
     sync();
   }
@@ -212,6 +214,8 @@ class CudaBackend final : public Backend {
     if (logits.size() < need) fail("prefill: logits buffer holds {} floats, needs {}", logits.size(), need);
     if (tokens.empty()) return;
     drop_step_ahead();
+    draws_ = 0;
+    set_device_draws();
     ensure_prefill_rows(std::min<int64_t>(options.chunk, static_cast<int64_t>(tokens.size())));
     for (size_t done = 0; done < tokens.size();) {
       const size_t n = std::min(tokens.size() - done, static_cast<size_t>(options.chunk));
@@ -251,8 +255,7 @@ class CudaBackend final : public Backend {
     if (s.temperature != sampling_.temperature || s.top_k != sampling_.top_k || s.top_p != sampling_.top_p ||
         s.min_p != sampling_.min_p || s.seed != sampling_.seed) {
       drop_step_ahead();
-      sampling_ = SamplingState{s.temperature, s.top_k, s.top_p, s.min_p, s.seed, sampling_.draws};
-      draws_ = sampling_.draws;
+      sampling_ = SamplingState{s.temperature, s.top_k, s.top_p, s.min_p, s.seed, draws_};
       check(cudaMemcpyAsync(d_.sampling, &sampling_, sizeof sampling_, cudaMemcpyHostToDevice, stream_),
             "sampling");
       sync();  // sampling_ is pageable host memory the copy reads
@@ -755,9 +758,12 @@ class CudaBackend final : public Backend {
     if (!ahead_) return;
     ahead_ = false;
     set_device_position();
+    set_device_draws();
+    device_token_ = -1;
+  }
+  void set_device_draws() {
     check(cudaMemcpyAsync(&d_.sampling->draws, &draws_, sizeof draws_, cudaMemcpyHostToDevice, stream_),
           "sampling draws");
-    device_token_ = -1;
   }
 
   // The decode step from the DeltaNet states of set live_, captured into a graph.
@@ -1513,7 +1519,9 @@ class CudaBackend final : public Backend {
   bool ahead_ = false;         // a step is queued past position_ for ahead_token_ (the last token returned)
   int32_t ahead_token_ = -1;
   SamplingState sampling_{};
-  uint64_t draws_ = 0;  // the device's draw count after the committed steps
+  // The device's draw count after the committed steps, from the sequence's last prefill or reset: the
+  // same prompt, sampling parameters and seed then draw the same numbers (DeviceSampling).
+  uint64_t draws_ = 0;
   int64_t device_used_peak_ = 0;
 };
 
