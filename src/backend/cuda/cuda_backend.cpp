@@ -12,9 +12,9 @@
 // one row with f32 activations through the GEMV kernels; the whole step (embedding .. lm_head .. token
 // choice) is one CUDA graph, captured at the first decode and replayed: it reads the input token and the
 // position from device memory, and its last kernel writes the chosen token into that input slot and advances
-// the position, so the host only copies the token (or the logits) back. With the token chosen on the device
-// (decode_sampled), the next step is launched before the token comes back (step_ahead_), and dropped if
-// the caller goes another way.
+// the position; it also stores the token in mapped host memory, so the host only reads it there (or
+// copies the logits back). With the token chosen on the device (decode_sampled), the next step is
+// launched before the token comes back (step_ahead_), and dropped if the caller goes another way.
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
