@@ -1271,7 +1271,8 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
                                          C};
         if (bf16_in) conv_args.in_bf16 = d_qkv16.data();
         const bool ping_pong = n == 1;
-        const std::vector<float> conv_before = d_conv_state.download(), rec_before = d_rec.download();
+        const std::vector<float> conv_before = ping_pong ? d_conv_state.download() : std::vector<float>{},
+                                 rec_before = ping_pong ? d_rec.download() : std::vector<float>{};
         if (ping_pong) conv_args.state_out = d_conv_next.data();
         float* const rec_out = ping_pong ? d_rec_next.data() : d_rec.data();
         conv_args.row_parallel = row_parallel;

@@ -105,7 +105,8 @@ CpuSequence::CpuSequence(const ModelConfig& cfg, KvDtype kv_dtype) {
 void CpuSequence::copy_deltanet_from(const std::vector<DeltaNetState>& other) {
   for (size_t i = 0; i < deltanet.size(); ++i) {
     std::memcpy(deltanet[i].conv.data(), other[i].conv.data(), deltanet[i].conv.size() * sizeof(float));
-    std::memcpy(deltanet[i].recurrent.data(), other[i].recurrent.data(), deltanet[i].recurrent.size() * sizeof(float));
+    std::memcpy(deltanet[i].recurrent.data(), other[i].recurrent.data(),
+                deltanet[i].recurrent.size() * sizeof(float));
   }
 }
 

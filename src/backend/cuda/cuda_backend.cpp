@@ -166,8 +166,7 @@ class CudaBackend final : public Backend {
     }
     position_ = 0;
     set_device_position();
-    draws_ = 0;
-    set_device_draws();
+    restart_draws();
     device_token_ = -1;
     sync();
   }
@@ -214,8 +213,7 @@ class CudaBackend final : public Backend {
     if (logits.size() < need) fail("prefill: logits buffer holds {} floats, needs {}", logits.size(), need);
     if (tokens.empty()) return;
     drop_step_ahead();
-    draws_ = 0;
-    set_device_draws();
+    restart_draws();
     ensure_prefill_rows(std::min<int64_t>(options.chunk, static_cast<int64_t>(tokens.size())));
     for (size_t done = 0; done < tokens.size();) {
       const size_t n = std::min(tokens.size() - done, static_cast<size_t>(options.chunk));
@@ -355,10 +353,9 @@ class CudaBackend final : public Backend {
         fail(
             "--cuda-off: unknown name \"{}\" (known: graph, step-ahead, fusion, overlap, decode-attention, "
             "gemv-rows, carry-z, moe-one-pass, shared-spread, lm-head-stream, combine-gate, int16, wgmma, "
-            "gemm, conv, "
-            "router-bf16, router, "
-            "attention-wgmma, attention-pipeline, attention, chunked-scan, down-bf16, deltanet-in-bf16, "
-            "in-proj-stack, expert-tiles-144, shared-overlap, prefill-overlap, combine-norm, dense-bf16)",
+            "gemm, conv, router-bf16, router, attention-wgmma, attention-pipeline, attention, chunked-scan, "
+            "down-bf16, deltanet-in-bf16, in-proj-stack, expert-tiles-144, shared-overlap, prefill-overlap, "
+            "combine-norm, dense-bf16)",
             name);
       begin = end + 1;
     }
@@ -764,6 +761,11 @@ class CudaBackend final : public Backend {
   void set_device_draws() {
     check(cudaMemcpyAsync(&d_.sampling->draws, &draws_, sizeof draws_, cudaMemcpyHostToDevice, stream_),
           "sampling draws");
+  }
+  // A new sequence numbers its draws from 0 (draws_).
+  void restart_draws() {
+    draws_ = 0;
+    set_device_draws();
   }
 
   // The decode step from the DeltaNet states of set live_, captured into a graph.
