@@ -6,7 +6,7 @@
 //     256 × 2048   the router
 //    9216 × 2048   nine experts' gate|up (eight routed and the shared one, as one matrix)
 //    2304 × 4096   their down projections (one matrix of the same bytes as nine of 2048 × 512)
-// every matrix its own (1.39 GB at 40 layers: nothing is served from L2). Each row times the chain as a
+// every matrix its own (1.41 GB at 40 layers: nothing is served from L2). Each row times the chain as a
 // CUDA graph (median of 7 launches):
 //   launches     the engine's decode GEMV (gemv_cuda.cu, int16 products), one launch a product, with
 //                programmatic dependent launch, as the step runs them
