@@ -1,29 +1,34 @@
 // Whether one persistent kernel would run the decode step's chain of 4-bit matrix-vector products faster
-// than a launch each (issue 6's last lever; docs/gpu-notes.md, session 46). The chain: `layers` copies of
-// a DeltaNet layer's five products at the model's shapes, each reading the one before through RMSNorm:
-//   12352 × 2048   the input stack with z
-//    2048 × 4096   the output projection
-//     256 × 2048   the router
-//    9216 × 2048   nine experts' gate|up (eight routed and the shared one, as one matrix)
-//    2304 × 4096   their down projections (one matrix of the same bytes as nine of 2048 × 512)
+// than a launch each (issue 6's last lever; docs/gpu-notes.md, sessions 46 and 47). The chain: `layers`
+// copies of a DeltaNet layer's five products at the model's shapes, each reading an earlier one through
+// RMSNorm:
+//   12352 × 2048   the input stack with z          (reads the down projections)
+//    2048 × 4096   the output projection           (the input stack)
+//     256 × 2048   the router                      (the output projection)
+//    9216 × 2048   nine experts' gate|up (eight routed and the shared one, as one matrix; the output
+//                  projection, as the MoE reads the layer's hidden state, but only after the router)
+//    2304 × 4096   their down projections (one matrix of the same bytes as nine of 2048 × 512; gate|up)
 // every matrix its own (1.41 GB at 40 layers: nothing is served from L2). Each row times the chain as a
 // CUDA graph (median of 7 launches):
 //   launches     the engine's decode GEMV (gemv_cuda.cu, int16 products), one launch a product, with
 //                programmatic dependent launch, as the step runs them
 //   persistent   one block an SM for the whole chain. Each block owns a fixed share of every product's
 //                rows; those rows' codes, scales and biases stream through a ring of shared-memory slots
-//                by bulk copies, the next piece requested as soon as a slot is free, so later products'
-//                weights arrive while the block waits for the rest of the GPU. Between two products the
-//                blocks meet on a counter (each adds itself, thread 0 of each polls), then every block
-//                stages the whole input (RMSNorm, int16 chunks) and runs its rows (a warp a row, the
-//                products of gemv_stream_cuda.cu)
-//     routed: the experts' weights requested only once the router's product is complete, as routing
-//       would have it (the top-k itself is not run)
-//     with 2 slots: the same with only the next piece in flight, what the ring's depth is worth
-//     no products: the meetings, stagings and stream alone, the floor of this design
-// The persistent outputs are checked against the launches' (the same int16 products summed in another
-// order: they agree to rounding), and that run's times split each product of the persistent kernel into
-// the blocks' meeting, the staging and the rows. Needs a CUDA GPU.
+//                by bulk copies, requested in order as slots free up, so later products' weights arrive
+//                while the block waits for the rest of the GPU. Between two products the blocks meet on
+//                a counter (each adds itself, thread 0 of each polls), then every block stages the whole
+//                input as the engine's GEMVs do (stage_norm, int16 chunks) and runs its rows (a warp a
+//                row, chunk_code_dot_i16). The variants (Feed): how many slots and pieces in flight; the
+//                experts' pieces held until the router's product is complete (routed, as routing would
+//                have it; the top-k itself is not run); no weights in flight during a staging (quiet);
+//                the weights on chip (the ring filled once: the floor of this design's own work); which
+//                lanes poll for a piece; without products
+//   ring alone   the persistent kernel's stream with no meetings, stagings or products; and the same
+//                bytes by ordinary loads: what one block an SM streams either way
+// Each persistent variant that streams the weights is checked against the engine's GEMV run on that
+// variant's own inputs, product by product (a fault shows where it is), and the chain against the
+// launches' (the same int16 products summed in another order). Its marked run splits each product into
+// the blocks' meeting, the staging and the rows. Exits 1 on a mismatch. Needs a CUDA GPU.
 //   persistent_chain_cuda_bench [layers]
 #include <cuda_runtime.h>
 
@@ -32,6 +37,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -67,33 +73,64 @@ struct Phase {
   int after;
 };
 
+// How the persistent kernel feeds its ring: one variant a row of the table.
+struct Feed {
+  int slots;         // ring slots in use, 1 .. kMaxSlots
+  int in_flight;     // pieces requested and not yet landed, at most (1 .. slots)
+  bool routed;       // the experts' pieces requested only once their router's product is complete
+  bool quiet;        // a product's pieces requested only once the block has staged its input, so that no
+                     // weights are in flight during a staging
+  bool stream;       // false: the ring is filled once and never again, and every product reads whatever its
+                     // slots hold: the weights on chip (the values are wrong)
+  bool meet = true;  // false: no meetings and no stagings, each block streams its pieces alone (no products)
+  bool lane0_polls = false;  // a warp waiting for a piece: lane 0 polls its mbarrier (32 ns apart), not
+                             // every lane back to back
+};
+
 // Block b's share of a product's rows: [rows · b / G, rows · (b + 1) / G).
 __device__ __forceinline__ int share_begin(int rows, int b) {
   return static_cast<int>(int64_t{rows} * b / gridDim.x);
 }
+// Whether an mbarrier's phase of this parity has completed (acquire order: its bulk copies' bytes are
+// visible to the caller), without waiting.
+__device__ __forceinline__ bool mbarrier_done(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
 
 // The chain: `count` products; piece_base [gridDim.x][count + 1]: block b's first piece of each product
 // (its pieces numbered through the chain); done [count]: blocks finished with each product (zero at the
-// start). kProducts false: the weights still stream through the ring, unread. routed false: every
-// product's weights are requested as soon as a slot is free, whatever its `after`. marks (or null):
+// start). kProducts false: the weights still stream through the ring, unread. marks (or null):
 // [gridDim.x][count][3] the times (ns) at which thread 0 saw the product before complete, had staged the
 // input and saw the block's rows done.
+//
+// The ring: piece g goes to slot g % slots once piece g - slots is computed, in order, with at most
+// feed.in_flight pieces requested and not landed (the cap tests whether requests beyond what keeps DRAM
+// busy delay the input's loads: session 47 found they do not). Whoever finishes a row, waits for a piece
+// or waits for the product before runs pump(), which retires landed pieces and requests what it may (one
+// thread at a time).
 template <bool kProducts>
 __global__ void __launch_bounds__(kThreads, 1)
-    persistent_chain_kernel(const Phase* phases_in, int count, const int* piece_base, int slots,
-                            const float* gamma, unsigned long long* done, bool routed,
-                            unsigned long long* marks) {
+    persistent_chain_kernel(const Phase* phases_in, int count, const int* piece_base, Feed feed,
+                            const float* gamma, unsigned long long* done, unsigned long long* marks) {
   extern __shared__ __align__(128) uint8_t ring[];
   __shared__ __align__(8) uint64_t full[kMaxSlots];
-  __shared__ int freed[kMaxSlots];    // rows of the slot's piece computed so far
-  __shared__ int pending[kMaxSlots];  // the slot's next piece, held back until its `after` is complete
-  __shared__ int current;             // the product being computed: every one before it is complete
+  __shared__ int freed[kMaxSlots];      // rows of the slot's piece computed so far
+  __shared__ int slot_free[kMaxSlots];  // its piece computed: the slot may take the piece `slots` on
+  __shared__ int next_piece, oldest;    // the next piece to request; the oldest not seen landed
+  __shared__ int current;               // the product being computed: every one before it is complete
+  __shared__ int staged;                // the last product whose input the block has staged
+  __shared__ int pump_lock;
   __shared__ int first[kMaxPhases + 1];
   __shared__ Phase phases[kMaxPhases];
-  __shared__ uint4 xq_s[kMaxChunks][4];  // the staged input's int16 chunks
-  __shared__ float2 xd_s[kMaxChunks];    // each chunk's scale and sum
+  __shared__ __align__(16) uint8_t xs[kMaxChunks * kI16ChunkBytes];  // the staged input, int16 chunks
   __shared__ float scratch[32];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, b = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, b = blockIdx.x, slots = feed.slots;
   for (int p = threadIdx.x; p <= count; p += kThreads) first[p] = piece_base[b * (count + 1) + p];
   for (int p = threadIdx.x; p < count; p += kThreads) phases[p] = phases_in[p];
   __syncthreads();
@@ -117,17 +154,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     return lo;
   };
-  // Piece g of this block into slot g % slots (none past the chain's last), or held back in pending
-  // while its product's `after` is not complete.
-  auto request = [&](int g) {
-    if (g >= total) return;
-    const int lo = product_of(g);
-    const Phase& ph = phases[lo];
-    if (routed && ph.after >= current) {
-      pending[g % slots] = g;
-      return;
-    }
-    const int row = share_begin(ph.rows, b) + (g - first[lo]) * ph.piece_rows,
+  // Piece g's bulk copies into slot g % slots.
+  auto issue = [&](int g) {
+    const int p = product_of(g);
+    const Phase& ph = phases[p];
+    const int row = share_begin(ph.rows, b) + (g - first[p]) * ph.piece_rows,
               n = min(ph.piece_rows, share_begin(ph.rows, b + 1) - row), groups = ph.cols / kGroup;
     const int s = g % slots;
     const uint32_t bar = smem_addr(&full[s]), dst = smem_addr(ring + s * kSlotBytes);
@@ -140,69 +171,84 @@ __global__ void __launch_bounds__(kThreads, 1)
     bulk_copy_to_shared(dst + scale_at, ph.scales + int64_t{row} * groups, scale_bytes, bar);
     bulk_copy_to_shared(dst + bias_at, ph.biases + int64_t{row} * groups, scale_bytes, bar);
   };
+  auto landed = [&](int g) { return mbarrier_done(smem_addr(&full[g % slots]), (g / slots) & 1); };
+  // Whether piece g may be requested now: its weights known (routed: its router's product complete) and
+  // (quiet) its product's input staged.
+  auto may_request = [&](int g) {
+    const int p = product_of(g);
+    return (!feed.routed || phases[p].after < *static_cast<volatile int*>(&current)) &&
+           (!feed.quiet || p <= *static_cast<volatile int*>(&staged));
+  };
+  auto pump = [&] {
+    if (atomicCAS(&pump_lock, 0, 1) != 0) return;  // another thread is at it
+    volatile int* is_free = slot_free;
+    int next = next_piece, old = oldest;
+    while (old < next && landed(old)) ++old;
+    while (next < total && next - old < feed.in_flight && is_free[next % slots] && may_request(next)) {
+      is_free[next % slots] = 0;
+      issue(next++);
+    }
+    next_piece = next, oldest = old;
+    __threadfence_block();
+    atomicExch(&pump_lock, 0);
+  };
   if (threadIdx.x == 0) {
-    for (int s = 0; s < slots; ++s) mbarrier_init(smem_addr(&full[s]), 1), freed[s] = 0, pending[s] = -1;
+    for (int s = 0; s < slots; ++s) mbarrier_init(smem_addr(&full[s]), 1), freed[s] = 0, slot_free[s] = 1;
     fence_mbarrier_init();
-    current = 0;
-    for (int g = 0; g < slots; ++g) request(g);  // no weight depends on an earlier product
+    current = 0, staged = -1, pump_lock = 0, oldest = 0;
+    if (feed.stream) {
+      next_piece = 0;
+      pump();
+    } else {
+      for (int g = 0; g < slots && g < total; ++g) issue(g);  // once, whatever the piece
+      next_piece = total;
+    }
   }
   __syncthreads();
 
   for (int p = 0; p < count; ++p) {
     const Phase& ph = phases[p];
-    if (p > 0) {  // every block's rows of the product before
-      if (threadIdx.x == 0) {
-        wait_until_at_least(done + p - 1, gridDim.x);
-        mark(p, 0);
-        current = p;
-        for (int s = 0; s < slots; ++s)  // the pieces that waited for that product
-          if (pending[s] >= 0 && phases[product_of(pending[s])].after < p) {
-            const int g = pending[s];
-            pending[s] = -1;
-            request(g);
-          }
-      }
-      __syncthreads();
-    } else if (threadIdx.x == 0) {
+    if (threadIdx.x == 0) {
+      if (p > 0 && feed.meet)  // every block's rows of the product before
+        while (load_acquire(done + p - 1) < gridDim.x) pump();
       mark(p, 0);
+      *static_cast<volatile int*>(&current) = p;
+      pump();  // (routed: the pieces that waited for that product)
     }
-    // The input: thread c < chunks stages chunk c (x · gamma, its int16 form), the block sums x².
-    const int chunks = ph.cols / kE;
-    float sumsq = 0.0f;
-    if (static_cast<int>(threadIdx.x) < chunks) {
-      float xv[kE], sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kE; j += 4) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(ph.x + threadIdx.x * kE + j));
-        const float4 g = __ldg(reinterpret_cast<const float4*>(gamma + threadIdx.x * kE + j));
-        sumsq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        xv[j] = v.x * g.x, xv[j + 1] = v.y * g.y, xv[j + 2] = v.z * g.z, xv[j + 3] = v.w * g.w;
-        sum += xv[j] + xv[j + 1] + xv[j + 2] + xv[j + 3];
-      }
-      uint4 q[4];
-      const float d = quantize_chunk_i16(xv, q);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) xq_s[threadIdx.x][k] = q[k];
-      xd_s[threadIdx.x] = make_float2(d, sum);
+    __syncthreads();
+    // The input as the engine's decode GEMVs stage it (its barriers also publish the staging).
+    const float factor = feed.meet ? stage_norm<kE, 2, true, Act::kI16>(ph.x, gamma, kEps, ph.cols,
+                                                                        reinterpret_cast<float*>(xs), scratch)
+                                   : 0.0f;
+    if (threadIdx.x == 0) {
+      mark(p, 1);
+      *static_cast<volatile int*>(&staged) = p;
+      pump();
     }
-    // (block_sum's barriers also publish the staging)
-    const float factor = rsqrtf(block_sum(sumsq, scratch) / static_cast<float>(ph.cols) + kEps);
-    if (threadIdx.x == 0) mark(p, 1);
     // Lane l computes chunks l, l + 32, ... of each of its warp's rows.
-    const int cpl = chunks / 32;
+    const int cpl = ph.cols / kE / 32;
     uint4 xq[kMaxCpl][4];
     float2 xd[kMaxCpl];
 #pragma unroll
     for (int u = 0; u < kMaxCpl; ++u)
       if (u < cpl) {
+        const uint4* chunk = reinterpret_cast<const uint4*>(xs + (u * 32 + lane) * kI16ChunkBytes);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) xq[u][k] = xq_s[u * 32 + lane][k];
-        xd[u] = xd_s[u * 32 + lane];
+        for (int k = 0; k < 4; ++k) xq[u][k] = chunk[k];
+        xd[u] = *reinterpret_cast<const float2*>(chunk + 4);
       }
     const int r0 = share_begin(ph.rows, b), n = share_begin(ph.rows, b + 1) - r0, groups = ph.cols / kGroup;
     for (int j = warp; j < n; j += kWarps) {
       const int k = j / ph.piece_rows, g = first[p] + k, s = g % slots, i = j - k * ph.piece_rows;
-      mbarrier_wait(smem_addr(&full[s]), static_cast<uint32_t>((g / slots) & 1));
+      if ((feed.stream || g < slots) && feed.lane0_polls) {
+        if (lane == 0)
+          while (!landed(g)) pump(), __nanosleep(32);
+        __syncwarp();
+        landed(g);  // (every lane's own acquire of the piece's bytes: it has landed)
+      } else if (feed.stream || g < slots) {
+        while (!landed(g))
+          if (lane == 0) pump();
+      }
       float acc = 0.0f;
       if constexpr (kProducts) {
         const uint8_t* slot = ring + s * kSlotBytes;
@@ -224,13 +270,43 @@ __global__ void __launch_bounds__(kThreads, 1)
         // The last of the piece's rows frees the slot for the piece `slots` on.
         if (atomicAdd(&freed[s], 1) == min(ph.piece_rows, n - k * ph.piece_rows) - 1) {
           freed[s] = 0;
-          request(g + slots);
+          __threadfence_block();
+          *static_cast<volatile int*>(&slot_free[s]) = 1;
         }
+        pump();
       }
     }
     __syncthreads();  // the block's rows written (and its staging read)
     if (threadIdx.x == 0) add_release(done + p, 1), mark(p, 2);
   }
+}
+
+// The same bytes as the ring streams (each block its share of every product's codes, scales and
+// biases) by ordinary 16-byte loads, four a thread in flight: what one block an SM reaches without bulk
+// copies.
+__global__ void __launch_bounds__(kThreads, 1)
+    load_stream_kernel(const Phase* phases, int count, uint32_t* sink) {
+  uint32_t acc = 0;
+  auto stream = [&](const void* base, int64_t begin, int64_t end) {  // bytes [begin, end), 16-aligned
+    const uint4* v = static_cast<const uint4*>(base);
+    for (int64_t i = begin / 16 + threadIdx.x; i < end / 16; i += 4 * kThreads) {
+      uint4 w[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        w[u] = i + u * kThreads < end / 16 ? load_weights(v + i + u * kThreads) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) acc ^= w[u].x ^ w[u].y ^ w[u].z ^ w[u].w;
+    }
+  };
+  for (int p = 0; p < count; ++p) {
+    const Phase ph = phases[p];
+    const int64_t r0 = share_begin(ph.rows, blockIdx.x), r1 = share_begin(ph.rows, blockIdx.x + 1),
+                  groups = ph.cols / kGroup;
+    stream(ph.codes, r0 * ph.cols / 2, r1 * ph.cols / 2);
+    stream(ph.scales, r0 * groups * 2, r1 * groups * 2);
+    stream(ph.biases, r0 * groups * 2, r1 * groups * 2);
+  }
+  if (acc == 0x9E3779B9u) *sink = acc;  // (never, in practice: keeps the loads)
 }
 
 // Device memory filled with random bits (codes), or bf16 values (scales in [lo, hi)).
@@ -268,13 +344,14 @@ int main(int argc, char** argv) {
     struct Shape {
       int rows, cols;
       bool routed;  // requested only once the layer's router product is complete
+      int back;     // its input: the output of the product this many before it
     };
     constexpr int kRouter = 2;  // the router's product in a layer
-    const Shape layer[] = {{12352, 2048, false},
-                           {2048, 4096, false},
-                           {256, 2048, false},
-                           {9216, 2048, true},
-                           {2304, 4096, true}};
+    const Shape layer[] = {{12352, 2048, false, 1},
+                           {2048, 4096, false, 1},
+                           {256, 2048, false, 1},
+                           {9216, 2048, true, 2},
+                           {2304, 4096, true, 1}};
     const int per_layer = static_cast<int>(std::size(layer)), count = per_layer * layers;
     if (layers < 1 || count > kMaxPhases) {
       std::fprintf(stderr, "persistent_chain_cuda_bench: layers must be 1..%d\n", kMaxPhases / per_layer);
@@ -320,7 +397,8 @@ int main(int argc, char** argv) {
       return reinterpret_cast<float*>(y.data()) + size_t(p) * kMaxRows;
     };
     auto x_of = [&](const DeviceBuffer& y, int p) {
-      return p == 0 ? reinterpret_cast<const float*>(x0.data()) : y_of(y, p - 1);
+      const int from = p - layer[p % per_layer].back;
+      return from < 0 ? reinterpret_cast<const float*>(x0.data()) : y_of(y, from);
     };
     const float* gamma_f = reinterpret_cast<const float*>(gamma.data());
 
@@ -368,15 +446,17 @@ int main(int argc, char** argv) {
       }
     }
 
-    auto launches = [&](cudaStream_t stream) {
+    // The engine's GEMV a launch a product: product p reads `in`'s output p - 1 and writes `out`'s p
+    // (in = out: the chain; in = the persistent kernel's outputs: each of its products computed again).
+    auto gemvs = [&](cudaStream_t stream, const DeviceBuffer& in, const DeviceBuffer& out) {
       for (int p = 0; p < count; ++p) {
         GemvArgs a;
         a.single = mats[p];
         a.format = WeightFormat::kAffine4;
         a.max_rows = mats[p].rows;
         a.max_cols = mats[p].cols;
-        a.x = x_of(y_launch, p);
-        a.y = y_of(y_launch, p);
+        a.x = x_of(in, p);
+        a.y = y_of(out, p);
         a.norm_weight = gamma_f;
         a.eps = kEps;
         a.i16 = true;
@@ -384,14 +464,14 @@ int main(int argc, char** argv) {
         gemv(a, stream);
       }
     };
-    auto persistent = [&](bool products, int slots, bool routed, unsigned long long* marks = nullptr) {
-      return [&, products, slots, routed, marks](cudaStream_t stream) {
+    auto persistent = [&](bool products, Feed feed, unsigned long long* marks = nullptr) {
+      return [&, products, feed, marks](cudaStream_t stream) {
         check(cudaMemsetAsync(done.data(), 0, done.size(), stream), "memset");
         launch_kernel(products ? persistent_chain_kernel<true> : persistent_chain_kernel<false>, dim3(blocks),
                       dim3(kThreads), ring_bytes, stream, false, "persistent chain",
                       reinterpret_cast<const Phase*>(phases_d.data()), count,
-                      reinterpret_cast<const int*>(base_d.data()), slots, gamma_f,
-                      reinterpret_cast<unsigned long long*>(done.data()), routed, marks);
+                      reinterpret_cast<const int*>(base_d.data()), feed, gamma_f,
+                      reinterpret_cast<unsigned long long*>(done.data()), marks);
       };
     };
 
@@ -399,73 +479,142 @@ int main(int argc, char** argv) {
         "%d layers of %d products (%.2f GB), %d blocks; copy bandwidth %.0f GB/s; median of 7 graph "
         "launches\n",
         layers, per_layer, bytes / 1e9, blocks, copy_gbps);
-    std::printf("%-32s %10s %12s %8s %10s\n", "chain", "us", "us a layer", "GB/s", "% of copy");
+    std::printf("%-40s %10s %12s %8s %10s\n", "chain", "us", "us a layer", "GB/s", "% of copy");
     auto row = [&](const char* name, double us) {
-      std::printf("%-32s %10.1f %12.2f %8.0f %10.1f\n", name, us, us / layers, bytes / us / 1e3,
+      std::printf("%-40s %10.1f %12.2f %8.0f %10.1f\n", name, us, us / layers, bytes / us / 1e3,
                   100.0 * bytes / us / 1e3 / copy_gbps);
     };
     row("byte floor", bytes / copy_gbps / 1e3);
-    row("launches (engine GEMV)", graph_us_per_call(7, 1, launches));
-    row("persistent, 11 slots", graph_us_per_call(7, 1, persistent(true, kMaxSlots, false)));
-    row("persistent, 11 slots, routed", graph_us_per_call(7, 1, persistent(true, kMaxSlots, true)));
-    row("persistent, 2 slots", graph_us_per_call(7, 1, persistent(true, 2, false)));
-    row("persistent, 11 slots, no products", graph_us_per_call(7, 1, persistent(false, kMaxSlots, false)));
-
-    // The check: the persistent kernel's outputs (from its own run, routed, its times marked) against the
-    // launches'.
-    DeviceBuffer marks_d(size_t(blocks) * count * 3 * sizeof(unsigned long long));
-    {
-      cudaStream_t stream;
-      check(cudaStreamCreate(&stream), "stream");
-      launches(stream);
-      persistent(true, kMaxSlots, true, reinterpret_cast<unsigned long long*>(marks_d.data()))(stream);
-      check(cudaStreamSynchronize(stream), "check run");
-      cudaStreamDestroy(stream);
-    }
-    // Where a product's time goes in that run: medians over the blocks and the layers after the first.
-    std::vector<unsigned long long> marks(marks_d.size() / sizeof(unsigned long long));
-    check(cudaMemcpy(marks.data(), marks_d.data(), marks_d.size(), cudaMemcpyDeviceToHost), "download");
-    std::printf(
-        "\nrouted run, us a product (median over blocks and layers 2..%d)\n%-10s %10s %10s %10s %10s\n",
-        layers, "product", "meeting", "staging", "rows", "in all");
-    const char* names[] = {"input", "out proj", "router", "gate|up", "down"};
-    for (int k = 0; k < per_layer; ++k) {
-      std::vector<double> parts[4];
-      for (int b = 0; b < blocks; ++b)
-        for (int p = per_layer + k; p < count; p += per_layer) {
-          const unsigned long long* m = &marks[(size_t(b) * count + p) * 3];
-          const unsigned long long before = m[-1];  // the block's end of the product before
-          const double t[4] = {double(m[0] - before), double(m[1] - m[0]), double(m[2] - m[1]),
-                               double(m[2] - before)};
-          for (int i = 0; i < 4; ++i) parts[i].push_back(t[i] / 1e3);
-        }
-      std::printf("%-10s", names[k]);
-      for (auto& v : parts) {
-        std::nth_element(v.begin(), v.begin() + int64_t(v.size() / 2), v.end());
-        std::printf(" %10.2f", v.empty() ? 0.0 : v[v.size() / 2]);
+    row("launches (engine GEMV)",
+        graph_us_per_call(7, 1, [&](cudaStream_t s) { gemvs(s, y_launch, y_launch); }));
+    struct Variant {
+      const char* name;
+      bool products;
+      Feed feed;
+      bool checked;  // its outputs are the products' (the weights streamed)
+    };
+    const Variant variants[] = {
+        {"persistent, 11 slots", true, {kMaxSlots, kMaxSlots, false, false, true}, true},
+        {"persistent, 11 slots, 4 in flight", true, {kMaxSlots, 4, false, false, true}, true},
+        {"persistent, 11 slots, 2 in flight", true, {kMaxSlots, 2, false, false, true}, true},
+        {"persistent, 11 slots, 1 in flight", true, {kMaxSlots, 1, false, false, true}, true},
+        {"persistent, 11 slots, routed", true, {kMaxSlots, kMaxSlots, true, false, true}, true},
+        {"persistent, 11 slots, 2 in flight, routed", true, {kMaxSlots, 2, true, false, true}, true},
+        {"persistent, 2 slots", true, {2, 2, false, false, true}, true},
+        {"persistent, 11 slots, quiet staging", true, {kMaxSlots, kMaxSlots, false, true, true}, true},
+        {"persistent, 11 slots, lane 0 polls",
+         true,
+         {kMaxSlots, kMaxSlots, false, false, true, true, true},
+         true},
+        {"persistent, 2 in flight, lane 0 polls", true, {kMaxSlots, 2, false, false, true, true, true}, true},
+        {"persistent, 11 slots, no products", false, {kMaxSlots, kMaxSlots, false, false, true}, false},
+        {"persistent, 2 in flight, no products", false, {kMaxSlots, 2, false, false, true}, false},
+        {"persistent, weights on chip", true, {kMaxSlots, kMaxSlots, false, false, false}, false},
+        {"persistent, weights on chip, no products",
+         false,
+         {kMaxSlots, kMaxSlots, false, false, false},
+         false},
+    };
+    for (const Variant& v : variants) row(v.name, graph_us_per_call(7, 1, persistent(v.products, v.feed)));
+    // The stream alone: no meetings, no stagings, no products.
+    for (bool lane0 : {false, true})
+      for (int k : {1, 2, 4, kMaxSlots}) {
+        char name[64];
+        std::snprintf(name, sizeof name, "ring alone, %d in flight%s", k, lane0 ? ", lane 0 polls" : "");
+        Feed f{kMaxSlots, k, false, false, true};
+        f.meet = false;
+        f.lane0_polls = lane0;
+        row(name, graph_us_per_call(7, 1, persistent(false, f)));
       }
-      std::printf("\n");
+    {
+      DeviceBuffer sink(sizeof(uint32_t));
+      row("loads alone, 16 warps an SM", graph_us_per_call(7, 1, [&](cudaStream_t stream) {
+            launch_kernel(load_stream_kernel, dim3(blocks), dim3(kThreads), 0, stream, false, "load stream",
+                          reinterpret_cast<const Phase*>(phases_d.data()), count,
+                          reinterpret_cast<uint32_t*>(sink.data()));
+          }));
     }
-    std::vector<float> a(y_launch.size() / 4), c(a.size());
-    check(cudaMemcpy(a.data(), y_launch.data(), y_launch.size(), cudaMemcpyDeviceToHost), "download");
-    check(cudaMemcpy(c.data(), y_persist.data(), y_persist.size(), cudaMemcpyDeviceToHost), "download");
-    double worst = 0;
-    int worst_p = 0;
-    for (int p = 0; p < count; ++p) {
+
+    // Each variant once more, its times marked, and (if its outputs are products) checked: against the
+    // engine's GEMV run on the variant's own inputs, product by product (so that a fault shows where it
+    // is, not where the chain carries it), and against the chain of launches.
+    DeviceBuffer marks_d(size_t(blocks) * count * 3 * sizeof(unsigned long long)), y_ref(y_launch.size());
+    std::vector<unsigned long long> marks(marks_d.size() / sizeof(unsigned long long));
+    std::vector<float> launched(y_launch.size() / 4), got(launched.size()), ref(launched.size());
+    check(cudaMemcpy(launched.data(), y_launch.data(), y_launch.size(), cudaMemcpyDeviceToHost), "download");
+    // max |a - b| / max |b| over product p's rows; row: where |a - b| is largest.
+    auto rel_diff = [&](const std::vector<float>& a, const std::vector<float>& c, int p, int* row) {
       double diff = 0, scale = 0;
       for (int r = 0; r < phases[p].rows; ++r) {
         const size_t i = size_t(p) * kMaxRows + r;
-        diff = std::max(diff, double(std::fabs(a[i] - c[i])));
-        scale = std::max(scale, double(std::fabs(a[i])));
+        const double d = std::fabs(double(a[i]) - c[i]);
+        if (!(d <= diff)) diff = d, *row = r;  // (NaN too)
+        scale = std::max(scale, double(std::fabs(c[i])));
       }
-      const double rel = diff / scale;
-      if (std::isnan(rel) || rel > worst) worst = rel, worst_p = p;
-      if (std::isnan(rel)) break;
+      return diff / scale;
+    };
+    const char* names[] = {"input", "out proj", "router", "gate|up", "down"};
+    std::printf("\nus a product, median over blocks and layers 2..%d\n%-40s %-9s %8s %8s %8s %8s\n", layers,
+                "variant", "product", "meeting", "staging", "rows", "in all");
+    bool ok = true;
+    std::vector<std::string> checks;
+    for (const Variant& v : variants) {
+      cudaStream_t stream;
+      check(cudaStreamCreate(&stream), "stream");
+      // Outputs start as NaN: a product read before it is written shows.
+      check(cudaMemsetAsync(y_persist.data(), 0xff, y_persist.size(), stream), "memset");
+      persistent(v.products, v.feed, reinterpret_cast<unsigned long long*>(marks_d.data()))(stream);
+      if (v.checked) gemvs(stream, y_persist, y_ref);
+      check(cudaStreamSynchronize(stream), "check run");
+      cudaStreamDestroy(stream);
+      check(cudaMemcpy(marks.data(), marks_d.data(), marks_d.size(), cudaMemcpyDeviceToHost), "download");
+      for (int k = 0; k < per_layer; ++k) {
+        std::vector<double> parts[4];
+        for (int b = 0; b < blocks; ++b)
+          for (int p = per_layer + k; p < count; p += per_layer) {
+            const unsigned long long* m = &marks[(size_t(b) * count + p) * 3];
+            const unsigned long long before = m[-1];  // the block's end of the product before
+            const double t[4] = {double(m[0] - before), double(m[1] - m[0]), double(m[2] - m[1]),
+                                 double(m[2] - before)};
+            for (int i = 0; i < 4; ++i) parts[i].push_back(t[i] / 1e3);
+          }
+        std::printf("%-40s %-9s", k == 0 ? v.name : "", names[k]);
+        for (auto& t : parts) {
+          std::nth_element(t.begin(), t.begin() + int64_t(t.size() / 2), t.end());
+          std::printf(" %8.2f", t.empty() ? 0.0 : t[t.size() / 2]);
+        }
+        std::printf("\n");
+      }
+      if (!v.checked) continue;
+      check(cudaMemcpy(got.data(), y_persist.data(), y_persist.size(), cudaMemcpyDeviceToHost), "download");
+      check(cudaMemcpy(ref.data(), y_ref.data(), y_ref.size(), cudaMemcpyDeviceToHost), "download");
+      double local = 0, chain = 0;
+      int local_p = 0, local_row = 0, chain_p = 0, unused = 0;
+      for (int p = 0; p < count; ++p) {
+        int r = 0;
+        const double d = rel_diff(got, ref, p, &r), c = rel_diff(got, launched, p, &unused);
+        if (!(d <= local)) local = d, local_p = p, local_row = r;
+        if (!(c <= chain)) chain = c, chain_p = p;
+      }
+      // The block that computed that row, and its piece.
+      const int rows = phases[local_p].rows;
+      int owner = 0;
+      while (owner + 1 < blocks && int64_t(rows) * (owner + 1) / blocks <= local_row) ++owner;
+      const int piece = (local_row - int(int64_t(rows) * owner / blocks)) / phases[local_p].piece_rows;
+      const bool good = local < 1e-4;  // (false for NaN)
+      ok = ok && good;
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "%-40s each product %.2e (product %d, row %d: block %d, its piece %d)%s; chain %.2e "
+                    "(product %d)",
+                    v.name, local, local_p, local_row, owner, piece, good ? "" : "  MISMATCH", chain,
+                    chain_p);
+      checks.push_back(line);
     }
-    const bool ok = worst < 1e-3;  // (false for NaN)
     std::printf(
-        "check: persistent vs launches, worst max|diff| / max|y| over the products %.2e (product %d)%s\n",
-        worst, worst_p, ok ? "" : "  MISMATCH");
+        "\ncheck: persistent vs the engine's GEMV, worst max|diff| / max|y|; each product from the variant's "
+        "own input, and the chain against the launches'\n");
+    for (const std::string& line : checks) std::printf("%s\n", line.c_str());
     return ok ? 0 : 1;
   } catch (const std::exception& e) {  // check() throws
     std::fprintf(stderr, "persistent_chain_cuda_bench: %s\n", e.what());
