@@ -446,8 +446,8 @@ int main(int argc, char** argv) {
       }
     }
 
-    // The engine's GEMV a launch a product: product p reads `in`'s output p - 1 and writes `out`'s p
-    // (in = out: the chain; in = the persistent kernel's outputs: each of its products computed again).
+    // The engine's GEMV a launch a product: product p reads its input from `in` (x_of) and writes `out`'s
+    // output p (in = out: the chain; in = the persistent kernel's outputs: each of its products again).
     auto gemvs = [&](cudaStream_t stream, const DeviceBuffer& in, const DeviceBuffer& out) {
       for (int p = 0; p < count; ++p) {
         GemvArgs a;
