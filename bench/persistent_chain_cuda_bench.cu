@@ -1,5 +1,5 @@
 // Whether one persistent kernel would run the decode step's chain of 4-bit matrix-vector products faster
-// than a launch each (issue 6's last lever; docs/gpu-notes.md, sessions 46 and 47). The chain: `layers`
+// than a launch each (issue 6's last lever; docs/gpu-notes.md, sessions 46 to 48). The chain: `layers`
 // copies of a DeltaNet layer's five products at the model's shapes, each reading an earlier one through
 // RMSNorm:
 //   12352 × 2048   the input stack with z          (reads the down projections)
@@ -23,8 +23,13 @@
 //                have it; the top-k itself is not run); no weights in flight during a staging (quiet);
 //                the weights on chip (the ring filled once: the floor of this design's own work); which
 //                lanes poll for a piece; without products
+//   loads        the same blocks, meetings and stagings with no ring: each warp's share of a product
+//                loaded into its registers before the product's meeting (routed: the experts' only once
+//                their router's product is complete), the next products' shares requested into L2 ahead
+//                or not; without meetings (the values wrong): the stream, stagings and products alone
 //   ring alone   the persistent kernel's stream with no meetings, stagings or products; and the same
-//                bytes by ordinary loads: what one block an SM streams either way
+//                bytes by ordinary loads: what one block an SM streams either way (session 48: the ring
+//                ~800 GB/s, the loads 2.4 TB/s)
 // Each persistent variant that streams the weights is checked against the engine's GEMV run on that
 // variant's own inputs, product by product (a fault shows where it is), and the chain against the
 // launches' (the same int16 products summed in another order). Its marked run splits each product into
@@ -37,6 +42,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -283,6 +289,172 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// The persistent chain without a ring: each warp's share of a product's weights is loaded into its
+// registers (kLoadChunks 16-byte chunks a lane, a round of rows), as the engine's GEMVs load theirs.
+// A product's first round is requested before its meeting (unless routed holds it back), so its DRAM
+// traffic overlaps the wait for the other blocks and the staging, as a launch's loads overlap its
+// wait for the kernel before. Lookahead: the block's share of the next products requested into L2 as
+// well. A warp counts itself done with a product as soon as its rows are written, so that it requests
+// the next product's weights without waiting for the block's other warps.
+constexpr int kLoadChunks = 12;  // the model's shares at 132 blocks: one round (6 rows of 2048 columns)
+
+struct Lookahead {
+  int products;      // products ahead of the one computed whose shares are requested into L2 (0: none)
+  bool bulk;         // by bulk prefetches from thread 0; false: a 128-byte line a thread
+  bool routed;       // as Feed's: an expert's weights requested only once its router's product is complete
+  bool meet = true;  // false: no meetings, each block's products from whatever its inputs hold (wrong values)
+};
+
+// Round `round` of the warp's rows of ph (rows r0 + warp + kWarps·(round·R + i), i < R = kLoadChunks /
+// kCpl, below r1): lane's chunks u·32 + lane of each row (kCpl = columns / 1024), with each chunk's
+// scale and bias packed in a word.
+template <int kCpl>
+__device__ __forceinline__ void load_round(const Phase& ph, int r0, int r1, int round, int warp, int lane,
+                                           uint4 (&w)[kLoadChunks], uint32_t (&sb)[kLoadChunks]) {
+  constexpr int kRows = kLoadChunks / kCpl;
+  const int groups = ph.cols / kGroup;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int row = r0 + warp + kWarps * (round * kRows + i);
+    if (row < r1)
+#pragma unroll
+      for (int u = 0; u < kCpl; ++u) {
+        const int c = u * 32 + lane;
+        const int64_t at = int64_t{row} * groups + c * kE / kGroup;
+        w[i * kCpl + u] = load_weights(ph.codes + int64_t{row} * ph.cols / 2 + c * 16);
+        sb[i * kCpl + u] = uint32_t{__ldg(ph.scales + at)} | uint32_t{__ldg(ph.biases + at)} << 16;
+      }
+  }
+}
+// The products of a round that load_round requested, against the staged input xs; lane 0 writes them.
+template <int kCpl>
+__device__ __forceinline__ void compute_round(const Phase& ph, int r0, int r1, int round, int warp, int lane,
+                                              const uint8_t* xs, float factor, const uint4 (&w)[kLoadChunks],
+                                              const uint32_t (&sb)[kLoadChunks]) {
+  constexpr int kRows = kLoadChunks / kCpl;
+  float acc[kRows] = {};
+#pragma unroll
+  for (int u = 0; u < kCpl; ++u) {  // each of the lane's input chunks read once for all its rows
+    const uint4* chunk = reinterpret_cast<const uint4*>(xs + (u * 32 + lane) * kI16ChunkBytes);
+    uint4 xq[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) xq[k] = chunk[k];
+    const float2 xd = *reinterpret_cast<const float2*>(chunk + 4);
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const uint32_t s = sb[i * kCpl + u];
+      const float dot = xd.x * static_cast<float>(chunk_code_dot_i16(w[i * kCpl + u], xq));
+      acc[i] +=
+          bf16_to_f32(static_cast<uint16_t>(s)) * dot + bf16_to_f32(static_cast<uint16_t>(s >> 16)) * xd.y;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int row = r0 + warp + kWarps * (round * kRows + i);
+    if (row >= r1) break;
+    const float sum = warp_sum(acc[i]);
+    if (lane == 0) ph.y[row] = factor * sum;
+  }
+}
+
+// The chain (as persistent_chain_kernel's: done, marks) with the weights loaded into registers.
+__global__ void __launch_bounds__(kThreads, 1)
+    persistent_loads_kernel(const Phase* phases_in, int count, Lookahead look, const float* gamma,
+                            unsigned long long* done, unsigned long long* marks) {
+  __shared__ Phase phases[kMaxPhases];
+  __shared__ __align__(16) uint8_t xs[kMaxChunks * kI16ChunkBytes];
+  __shared__ float scratch[32];
+  __shared__ int warps_done;  // warps done with the product
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, b = blockIdx.x;
+  for (int p = threadIdx.x; p < count; p += kThreads) phases[p] = phases_in[p];
+  if (threadIdx.x == 0) warps_done = 0;
+  __syncthreads();
+  auto mark = [&](int p, int k) {
+    if (!marks) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    marks[(int64_t{b} * count + p) * 3 + k] = t;
+  };
+  // Whether product q's weights are known once the products before `complete` are (routed: an expert's
+  // once its router's product is).
+  auto known = [&](const Phase& q, int complete) {
+    return !look.routed || q.after < 0 || q.after < complete;
+  };
+  // The block's share of products p + 1 .. p + look.products into L2, in order, each once.
+  int ahead = 0;  // the next product to request into L2
+  auto look_ahead = [&](int p, int complete) {
+    for (ahead = max(ahead, p + 1); ahead <= p + look.products && ahead < count; ++ahead) {
+      const Phase& q = phases[ahead];
+      if (!known(q, complete)) return;
+      const int s0 = share_begin(q.rows, b), s1 = share_begin(q.rows, b + 1), groups = q.cols / kGroup;
+      const void* base[3] = {q.codes + int64_t{s0} * q.cols / 2, q.scales + int64_t{s0} * groups,
+                             q.biases + int64_t{s0} * groups};
+      const uint32_t size[3] = {static_cast<uint32_t>((s1 - s0) * q.cols / 2),
+                                static_cast<uint32_t>((s1 - s0) * groups * 2),
+                                static_cast<uint32_t>((s1 - s0) * groups * 2)};
+      for (int k = 0; k < 3; ++k)
+        if (look.bulk) {
+          if (threadIdx.x == 0 && size[k] > 0)
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base[k]), "r"(size[k])
+                         : "memory");
+        } else {
+          for (uint32_t at = 128 * threadIdx.x; at < size[k]; at += 128 * kThreads)
+            prefetch_l2(static_cast<const uint8_t*>(base[k]) + at);
+        }
+    }
+  };
+
+  uint4 w[kLoadChunks];
+  uint32_t sb[kLoadChunks];
+  for (int p = 0; p < count; ++p) {
+    const Phase& ph = phases[p];
+    const int r0 = share_begin(ph.rows, b), r1 = share_begin(ph.rows, b + 1);
+    const bool wide = ph.cols / (32 * kE) == 4;  // else 2 chunks a lane of a row (the chain's 2048 columns)
+    auto load = [&](int round) {
+      if (wide)
+        load_round<4>(ph, r0, r1, round, warp, lane, w, sb);
+      else
+        load_round<2>(ph, r0, r1, round, warp, lane, w, sb);
+    };
+    // Before the meeting only the products before p - 1 are known complete.
+    const bool early = known(ph, p - 1);
+    if (early) load(0);
+    look_ahead(p, p - 1);
+    if (threadIdx.x == 0) {
+      if (p > 0 && look.meet)  // every block's rows of the product before
+        while (load_acquire(done + p - 1) < gridDim.x) {
+        }
+      mark(p, 0);
+    }
+    __syncthreads();
+    if (!early) load(0);
+    look_ahead(p, p);
+    const float factor =
+        stage_norm<kE, 2, true, Act::kI16>(ph.x, gamma, kEps, ph.cols, reinterpret_cast<float*>(xs), scratch);
+    if (threadIdx.x == 0) mark(p, 1);
+    const int per_round = kLoadChunks / (wide ? 4 : 2), mine = (r1 - r0 - warp + kWarps - 1) / kWarps;
+    for (int round = 0; round * per_round < mine; ++round) {
+      if (round > 0) load(round);
+      if (wide)
+        compute_round<4>(ph, r0, r1, round, warp, lane, xs, factor, w, sb);
+      else
+        compute_round<2>(ph, r0, r1, round, warp, lane, xs, factor, w, sb);
+    }
+    // The warp's rows written; the block's last warp publishes them all. Each warp's fence orders its
+    // writes before its count, and the last warp's fence after seeing the count orders them before its
+    // release (a last-block reduction's pattern, among warps).
+    if (lane == 0) {
+      __threadfence();
+      if (atomicAdd(&warps_done, 1) == kWarps - 1) {
+        __threadfence();
+        warps_done = 0;
+        add_release(done + p, 1);
+        mark(p, 2);
+      }
+    }
+  }
+}
+
 // The same bytes as the ring streams (each block its share of every product's codes, scales and
 // biases) by ordinary 16-byte loads, four a thread in flight: what one block an SM reaches without bulk
 // copies.
@@ -436,16 +608,20 @@ int main(int argc, char** argv) {
     check(cudaDeviceSynchronize(), "fill");
 
     const size_t ring_bytes = size_t(kMaxSlots) * kSlotBytes;
-    for (auto kernel : {persistent_chain_kernel<true>, persistent_chain_kernel<false>}) {
+    // Every block must be resident at once (the blocks wait for each other).
+    for (auto kernel : {persistent_chain_kernel<true>, persistent_chain_kernel<false>})
       check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ring_bytes)),
             "shared memory limit");
+    auto fits = [&](const void* kernel, size_t smem) {
       int per_sm = 0;
-      check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, ring_bytes),
-            "occupancy");
-      if (per_sm < 1) {
-        std::fprintf(stderr, "persistent_chain_cuda_bench: a block does not fit an SM\n");
-        return 1;
-      }
+      check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem), "occupancy");
+      return per_sm >= 1;
+    };
+    if (!fits(reinterpret_cast<const void*>(persistent_chain_kernel<true>), ring_bytes) ||
+        !fits(reinterpret_cast<const void*>(persistent_chain_kernel<false>), ring_bytes) ||
+        !fits(reinterpret_cast<const void*>(persistent_loads_kernel), 0)) {
+      std::fprintf(stderr, "persistent_chain_cuda_bench: a block does not fit an SM\n");
+      return 1;
     }
 
     // The engine's GEMV a launch a product: product p reads its input from `in` (x_of) and writes `out`'s
@@ -466,15 +642,35 @@ int main(int argc, char** argv) {
         gemv(a, stream);
       }
     };
-    auto persistent = [&](bool products, Feed feed, unsigned long long* marks = nullptr) {
-      return [&, products, feed, marks](cudaStream_t stream) {
-        check(cudaMemsetAsync(done.data(), 0, done.size(), stream), "memset");
-        launch_kernel(products ? persistent_chain_kernel<true> : persistent_chain_kernel<false>, dim3(blocks),
-                      dim3(kThreads), ring_bytes, stream, false, "persistent chain",
-                      reinterpret_cast<const Phase*>(phases_d.data()), count,
-                      reinterpret_cast<const int*>(base_d.data()), feed, gamma_f,
-                      reinterpret_cast<unsigned long long*>(done.data()), marks);
-      };
+    // A persistent variant: its launch (marks: null, or where its kernel marks its times), and whether its
+    // outputs are the products (checked).
+    struct Variant {
+      std::string name;
+      bool checked;
+      std::function<void(cudaStream_t, unsigned long long*)> launch;
+    };
+    auto meetings_from_zero = [&](cudaStream_t stream) {
+      check(cudaMemsetAsync(done.data(), 0, done.size(), stream), "memset");
+    };
+    auto ring = [&](const char* name, bool products, Feed feed) {
+      return Variant{
+          name, products && feed.stream, [&, products, feed](cudaStream_t stream, unsigned long long* marks) {
+            meetings_from_zero(stream);
+            launch_kernel(products ? persistent_chain_kernel<true> : persistent_chain_kernel<false>,
+                          dim3(blocks), dim3(kThreads), ring_bytes, stream, false, "persistent chain",
+                          reinterpret_cast<const Phase*>(phases_d.data()), count,
+                          reinterpret_cast<const int*>(base_d.data()), feed, gamma_f,
+                          reinterpret_cast<unsigned long long*>(done.data()), marks);
+          }};
+    };
+    auto loads = [&](const char* name, Lookahead look) {
+      return Variant{name, look.meet, [&, look](cudaStream_t stream, unsigned long long* marks) {
+                       meetings_from_zero(stream);
+                       launch_kernel(persistent_loads_kernel, dim3(blocks), dim3(kThreads), 0, stream, false,
+                                     "persistent loads", reinterpret_cast<const Phase*>(phases_d.data()),
+                                     count, look, gamma_f, reinterpret_cast<unsigned long long*>(done.data()),
+                                     marks);
+                     }};
     };
 
     std::printf(
@@ -489,28 +685,35 @@ int main(int argc, char** argv) {
     row("byte floor", bytes / copy_gbps / 1e3);
     row("launches (engine GEMV)",
         graph_us_per_call(7, 1, [&](cudaStream_t s) { gemvs(s, y_launch, y_launch); }));
-    struct Variant {
-      const char* name;
-      bool products;
-      Feed feed;
-    };
     const Variant variants[] = {
-        {"persistent, 11 slots", true, {kMaxSlots, kMaxSlots, false, false, true}},
-        {"persistent, 11 slots, 4 in flight", true, {kMaxSlots, 4, false, false, true}},
-        {"persistent, 11 slots, 2 in flight", true, {kMaxSlots, 2, false, false, true}},
-        {"persistent, 11 slots, 1 in flight", true, {kMaxSlots, 1, false, false, true}},
-        {"persistent, 11 slots, routed", true, {kMaxSlots, kMaxSlots, true, false, true}},
-        {"persistent, 11 slots, 2 in flight, routed", true, {kMaxSlots, 2, true, false, true}},
-        {"persistent, 2 slots", true, {2, 2, false, false, true}},
-        {"persistent, 11 slots, quiet staging", true, {kMaxSlots, kMaxSlots, false, true, true}},
-        {"persistent, 11 slots, lane 0 polls", true, {kMaxSlots, kMaxSlots, false, false, true, true, true}},
-        {"persistent, 2 in flight, lane 0 polls", true, {kMaxSlots, 2, false, false, true, true, true}},
-        {"persistent, 11 slots, no products", false, {kMaxSlots, kMaxSlots, false, false, true}},
-        {"persistent, 2 in flight, no products", false, {kMaxSlots, 2, false, false, true}},
-        {"persistent, weights on chip", true, {kMaxSlots, kMaxSlots, false, false, false}},
-        {"persistent, weights on chip, no products", false, {kMaxSlots, kMaxSlots, false, false, false}},
+        ring("persistent, 11 slots", true, {kMaxSlots, kMaxSlots, false, false, true}),
+        ring("persistent, 11 slots, 4 in flight", true, {kMaxSlots, 4, false, false, true}),
+        ring("persistent, 11 slots, 2 in flight", true, {kMaxSlots, 2, false, false, true}),
+        ring("persistent, 11 slots, 1 in flight", true, {kMaxSlots, 1, false, false, true}),
+        ring("persistent, 11 slots, routed", true, {kMaxSlots, kMaxSlots, true, false, true}),
+        ring("persistent, 11 slots, 2 in flight, routed", true, {kMaxSlots, 2, true, false, true}),
+        ring("persistent, 2 slots", true, {2, 2, false, false, true}),
+        ring("persistent, 11 slots, quiet staging", true, {kMaxSlots, kMaxSlots, false, true, true}),
+        ring("persistent, 11 slots, lane 0 polls", true,
+             {kMaxSlots, kMaxSlots, false, false, true, true, true}),
+        ring("persistent, 2 in flight, lane 0 polls", true, {kMaxSlots, 2, false, false, true, true, true}),
+        ring("persistent, 11 slots, no products", false, {kMaxSlots, kMaxSlots, false, false, true}),
+        ring("persistent, 2 in flight, no products", false, {kMaxSlots, 2, false, false, true}),
+        ring("persistent, weights on chip", true, {kMaxSlots, kMaxSlots, false, false, false}),
+        ring("persistent, weights on chip, no products", false, {kMaxSlots, kMaxSlots, false, false, false}),
+        loads("loads, requested before the meeting", {0, false, false}),
+        loads("loads, 1 ahead into L2 (bulk)", {1, true, false}),
+        loads("loads, 2 ahead into L2 (bulk)", {2, true, false}),
+        loads("loads, 1 ahead into L2 (lines)", {1, false, false}),
+        loads("loads, 2 ahead into L2 (lines)", {2, false, false}),
+        loads("loads, routed", {0, false, true}),
+        loads("loads, 2 ahead (bulk), routed", {2, true, true}),
+        loads("loads, 2 ahead (lines), routed", {2, false, true}),
+        loads("loads, no meetings", {0, false, false, false}),
+        loads("loads, 2 ahead (lines), no meetings", {2, false, false, false}),
     };
-    for (const Variant& v : variants) row(v.name, graph_us_per_call(7, 1, persistent(v.products, v.feed)));
+    for (const Variant& v : variants)
+      row(v.name.c_str(), graph_us_per_call(7, 1, [&](cudaStream_t s) { v.launch(s, nullptr); }));
     // The stream alone: no meetings, no stagings, no products.
     for (bool lane0 : {false, true})
       for (int k : {1, 2, 4, kMaxSlots}) {
@@ -519,7 +722,8 @@ int main(int argc, char** argv) {
         Feed f{kMaxSlots, k, false, false, true};
         f.meet = false;
         f.lane0_polls = lane0;
-        row(name, graph_us_per_call(7, 1, persistent(false, f)));
+        const Variant alone = ring(name, false, f);
+        row(name, graph_us_per_call(7, 1, [&](cudaStream_t s) { alone.launch(s, nullptr); }));
       }
     {
       DeviceBuffer sink(sizeof(uint32_t));
@@ -554,13 +758,12 @@ int main(int argc, char** argv) {
     bool ok = true;
     std::vector<std::string> checks;
     for (const Variant& v : variants) {
-      const bool checked = v.products && v.feed.stream;  // its outputs are the products
       cudaStream_t stream;
       check(cudaStreamCreate(&stream), "stream");
       // Outputs start as NaN: a product read before it is written shows.
       check(cudaMemsetAsync(y_persist.data(), 0xff, y_persist.size(), stream), "memset");
-      persistent(v.products, v.feed, reinterpret_cast<unsigned long long*>(marks_d.data()))(stream);
-      if (checked) gemvs(stream, y_persist, y_ref);
+      v.launch(stream, reinterpret_cast<unsigned long long*>(marks_d.data()));
+      if (v.checked) gemvs(stream, y_persist, y_ref);
       check(cudaStreamSynchronize(stream), "check run");
       cudaStreamDestroy(stream);
       check(cudaMemcpy(marks.data(), marks_d.data(), marks_d.size(), cudaMemcpyDeviceToHost), "download");
@@ -574,14 +777,14 @@ int main(int argc, char** argv) {
                                  double(m[2] - before)};
             for (int i = 0; i < 4; ++i) parts[i].push_back(t[i] / 1e3);
           }
-        std::printf("%-40s %-9s", k == 0 ? v.name : "", names[k]);
+        std::printf("%-40s %-9s", k == 0 ? v.name.c_str() : "", names[k]);
         for (auto& t : parts) {
           std::nth_element(t.begin(), t.begin() + int64_t(t.size() / 2), t.end());
           std::printf(" %8.2f", t.empty() ? 0.0 : t[t.size() / 2]);
         }
         std::printf("\n");
       }
-      if (!checked) continue;
+      if (!v.checked) continue;
       check(cudaMemcpy(got.data(), y_persist.data(), y_persist.size(), cudaMemcpyDeviceToHost), "download");
       check(cudaMemcpy(ref.data(), y_ref.data(), y_ref.size(), cudaMemcpyDeviceToHost), "download");
       double local = 0, chain = 0;
@@ -592,18 +795,17 @@ int main(int argc, char** argv) {
         if (!(d <= local)) local = d, local_p = p, local_row = r;
         if (!(c <= chain)) chain = c, chain_p = p;
       }
-      // The block that computed that row, and its piece.
+      // The block that computed that row.
       const int rows = phases[local_p].rows;
       int owner = 0;
       while (owner + 1 < blocks && int64_t(rows) * (owner + 1) / blocks <= local_row) ++owner;
-      const int piece = (local_row - int(int64_t(rows) * owner / blocks)) / phases[local_p].piece_rows;
       const bool good = local < 1e-4;  // (false for NaN)
       ok = ok && good;
       char line[256];
       std::snprintf(line, sizeof line,
-                    "%-40s each product %.2e (product %d, row %d: block %d, its piece %d)%s; chain %.2e "
+                    "%-40s each product %.2e (product %d, row %d: block %d)%s; chain %.2e "
                     "(product %d)",
-                    v.name, local, local_p, local_row, owner, piece, good ? "" : "  MISMATCH", chain,
+                    v.name.c_str(), local, local_p, local_row, owner, good ? "" : "  MISMATCH", chain,
                     chain_p);
       checks.push_back(line);
     }
