@@ -97,6 +97,20 @@ struct Feed {
 __device__ __forceinline__ int share_begin(int rows, int b) {
   return static_cast<int>(int64_t{rows} * b / gridDim.x);
 }
+// Block b's share of product q's weights: its codes, scales and biases, each one range of bytes (16-byte
+// aligned at the chain's shapes).
+struct ShareRanges {
+  const uint8_t* at[3];
+  uint32_t bytes[3];
+};
+__device__ __forceinline__ ShareRanges share_ranges(const Phase& q, int b) {
+  const int s0 = share_begin(q.rows, b), n = share_begin(q.rows, b + 1) - s0, groups = q.cols / kGroup;
+  const uint32_t scale_bytes = static_cast<uint32_t>(n * groups * 2);
+  return {
+      {q.codes + int64_t{s0} * q.cols / 2, reinterpret_cast<const uint8_t*>(q.scales + int64_t{s0} * groups),
+       reinterpret_cast<const uint8_t*>(q.biases + int64_t{s0} * groups)},
+      {static_cast<uint32_t>(n * q.cols / 2), scale_bytes, scale_bytes}};
+}
 // Whether an mbarrier's phase of this parity has completed (acquire order: its bulk copies' bytes are
 // visible to the caller), without waiting.
 __device__ __forceinline__ bool mbarrier_done(uint32_t bar, uint32_t parity) {
@@ -107,6 +121,32 @@ __device__ __forceinline__ bool mbarrier_done(uint32_t bar, uint32_t parity) {
       : "r"(bar), "r"(parity)
       : "memory");
   return done != 0;
+}
+// Whether product q's weights are known once every product before `complete` is: an expert's (routed)
+// only once its router's product is.
+__device__ __forceinline__ bool weights_known(const Phase& q, bool routed, int complete) {
+  return !routed || q.after < 0 || q.after < complete;
+}
+// marks (or null) [gridDim.x][count][3]: the time (ns) of this block's step k of product p.
+__device__ __forceinline__ void mark_time(unsigned long long* marks, int count, int p, int k) {
+  if (!marks) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  marks[(int64_t{blockIdx.x} * count + p) * 3 + k] = t;
+}
+// Staged input chunk c (stage_norm's int16 form): its four words and (d, Σx).
+__device__ __forceinline__ void staged_chunk(const uint8_t* xs, int c, uint4 (&xq)[4], float2& xd) {
+  const uint4* chunk = reinterpret_cast<const uint4*>(xs + c * kI16ChunkBytes);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) xq[k] = chunk[k];
+  xd = *reinterpret_cast<const float2*>(chunk + 4);
+}
+// One chunk's share of a row's product: Σ (q·scale + bias)·x over its 32 codes, as the engine's dot_rows
+// computes it from the int16 form.
+__device__ __forceinline__ float affine_chunk_dot(const uint4& w, const uint4 (&xq)[4], const float2& xd,
+                                                  uint16_t scale, uint16_t bias) {
+  const float dot = xd.x * static_cast<float>(chunk_code_dot_i16(w, xq));
+  return bf16_to_f32(scale) * dot + bf16_to_f32(bias) * xd.y;
 }
 
 // The chain: `count` products; piece_base [gridDim.x][count + 1]: block b's first piece of each product
@@ -141,12 +181,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int p = threadIdx.x; p < count; p += kThreads) phases[p] = phases_in[p];
   __syncthreads();
   const int total = first[count];
-  auto mark = [&](int p, int k) {
-    if (!marks) return;
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    marks[(int64_t{b} * count + p) * 3 + k] = t;
-  };
+  auto mark = [&](int p, int k) { mark_time(marks, count, p, k); };
 
   // The product holding piece g: the last with first[p] <= g.
   auto product_of = [&](int g) {
@@ -182,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // (quiet) its product's input staged.
   auto may_request = [&](int g) {
     const int p = product_of(g);
-    return (!feed.routed || phases[p].after < *static_cast<volatile int*>(&current)) &&
+    return weights_known(phases[p], feed.routed, *static_cast<volatile int*>(&current)) &&
            (!feed.quiet || p <= *static_cast<volatile int*>(&staged));
   };
   auto pump = [&] {
@@ -237,12 +272,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float2 xd[kMaxCpl];
 #pragma unroll
     for (int u = 0; u < kMaxCpl; ++u)
-      if (u < cpl) {
-        const uint4* chunk = reinterpret_cast<const uint4*>(xs + (u * 32 + lane) * kI16ChunkBytes);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) xq[u][k] = chunk[k];
-        xd[u] = *reinterpret_cast<const float2*>(chunk + 4);
-      }
+      if (u < cpl) staged_chunk(xs, u * 32 + lane, xq[u], xd[u]);
     const int r0 = share_begin(ph.rows, b), n = share_begin(ph.rows, b + 1) - r0, groups = ph.cols / kGroup;
     for (int j = warp; j < n; j += kWarps) {
       const int k = j / ph.piece_rows, g = first[p] + k, s = g % slots, i = j - k * ph.piece_rows;
@@ -268,8 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int u = 0; u < kMaxCpl; ++u)
           if (u < cpl) {
             const int c = u * 32 + lane, grp = c * kE / kGroup;
-            const float dot = xd[u].x * static_cast<float>(chunk_code_dot_i16(w[c], xq[u]));
-            acc += bf16_to_f32(sc[grp]) * dot + bf16_to_f32(bi[grp]) * xd[u].y;
+            acc += affine_chunk_dot(w[c], xq[u], xd[u], sc[grp], bi[grp]);
           }
       }
       acc = warp_sum(acc);  // (its shuffles also end the warp's reads of the slot)
@@ -335,17 +364,14 @@ __device__ __forceinline__ void compute_round(const Phase& ph, int r0, int r1, i
   float acc[kRows] = {};
 #pragma unroll
   for (int u = 0; u < kCpl; ++u) {  // each of the lane's input chunks read once for all its rows
-    const uint4* chunk = reinterpret_cast<const uint4*>(xs + (u * 32 + lane) * kI16ChunkBytes);
     uint4 xq[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) xq[k] = chunk[k];
-    const float2 xd = *reinterpret_cast<const float2*>(chunk + 4);
+    float2 xd;
+    staged_chunk(xs, u * 32 + lane, xq, xd);
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const uint32_t s = sb[i * kCpl + u];
-      const float dot = xd.x * static_cast<float>(chunk_code_dot_i16(w[i * kCpl + u], xq));
       acc[i] +=
-          bf16_to_f32(static_cast<uint16_t>(s)) * dot + bf16_to_f32(static_cast<uint16_t>(s >> 16)) * xd.y;
+          affine_chunk_dot(w[i * kCpl + u], xq, xd, static_cast<uint16_t>(s), static_cast<uint16_t>(s >> 16));
     }
   }
 #pragma unroll
@@ -369,37 +395,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int p = threadIdx.x; p < count; p += kThreads) phases[p] = phases_in[p];
   if (threadIdx.x == 0) warps_done = 0;
   __syncthreads();
-  auto mark = [&](int p, int k) {
-    if (!marks) return;
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    marks[(int64_t{b} * count + p) * 3 + k] = t;
-  };
-  // Whether product q's weights are known once the products before `complete` are (routed: an expert's
-  // once its router's product is).
-  auto known = [&](const Phase& q, int complete) {
-    return !look.routed || q.after < 0 || q.after < complete;
-  };
+  auto mark = [&](int p, int k) { mark_time(marks, count, p, k); };
   // The block's share of products p + 1 .. p + look.products into L2, in order, each once.
   int ahead = 0;  // the next product to request into L2
   auto look_ahead = [&](int p, int complete) {
     for (ahead = max(ahead, p + 1); ahead <= p + look.products && ahead < count; ++ahead) {
       const Phase& q = phases[ahead];
-      if (!known(q, complete)) return;
-      const int s0 = share_begin(q.rows, b), s1 = share_begin(q.rows, b + 1), groups = q.cols / kGroup;
-      const void* base[3] = {q.codes + int64_t{s0} * q.cols / 2, q.scales + int64_t{s0} * groups,
-                             q.biases + int64_t{s0} * groups};
-      const uint32_t size[3] = {static_cast<uint32_t>((s1 - s0) * q.cols / 2),
-                                static_cast<uint32_t>((s1 - s0) * groups * 2),
-                                static_cast<uint32_t>((s1 - s0) * groups * 2)};
+      if (!weights_known(q, look.routed, complete)) return;
+      const ShareRanges r = share_ranges(q, b);
       for (int k = 0; k < 3; ++k)
         if (look.bulk) {
-          if (threadIdx.x == 0 && size[k] > 0)
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base[k]), "r"(size[k])
+          if (threadIdx.x == 0 && r.bytes[k] > 0)
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(r.at[k]), "r"(r.bytes[k])
                          : "memory");
         } else {
-          for (uint32_t at = 128 * threadIdx.x; at < size[k]; at += 128 * kThreads)
-            prefetch_l2(static_cast<const uint8_t*>(base[k]) + at);
+          for (uint32_t at = 128 * threadIdx.x; at < r.bytes[k]; at += 128 * kThreads)
+            prefetch_l2(r.at[k] + at);
         }
     }
   };
@@ -417,7 +428,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         load_round<2>(ph, r0, r1, round, warp, lane, w, sb);
     };
     // Before the meeting only the products before p - 1 are known complete.
-    const bool early = known(ph, p - 1);
+    const bool early = weights_known(ph, look.routed, p - 1);
     if (early) load(0);
     look_ahead(p, p - 1);
     if (threadIdx.x == 0) {
@@ -461,24 +472,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 __global__ void __launch_bounds__(kThreads, 1)
     load_stream_kernel(const Phase* phases, int count, uint32_t* sink) {
   uint32_t acc = 0;
-  auto stream = [&](const void* base, int64_t begin, int64_t end) {  // bytes [begin, end), 16-aligned
-    const uint4* v = static_cast<const uint4*>(base);
-    for (int64_t i = begin / 16 + threadIdx.x; i < end / 16; i += 4 * kThreads) {
-      uint4 w[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-        w[u] = i + u * kThreads < end / 16 ? load_weights(v + i + u * kThreads) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) acc ^= w[u].x ^ w[u].y ^ w[u].z ^ w[u].w;
-    }
-  };
   for (int p = 0; p < count; ++p) {
-    const Phase ph = phases[p];
-    const int64_t r0 = share_begin(ph.rows, blockIdx.x), r1 = share_begin(ph.rows, blockIdx.x + 1),
-                  groups = ph.cols / kGroup;
-    stream(ph.codes, r0 * ph.cols / 2, r1 * ph.cols / 2);
-    stream(ph.scales, r0 * groups * 2, r1 * groups * 2);
-    stream(ph.biases, r0 * groups * 2, r1 * groups * 2);
+    const ShareRanges r = share_ranges(phases[p], blockIdx.x);
+    for (int k = 0; k < 3; ++k) {
+      const uint4* v = reinterpret_cast<const uint4*>(r.at[k]);
+      const int n = static_cast<int>(r.bytes[k] / 16);
+      for (int i = threadIdx.x; i < n; i += 4 * kThreads) {
+        uint4 w[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+          w[u] = i + u * kThreads < n ? load_weights(v + i + u * kThreads) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) acc ^= w[u].x ^ w[u].y ^ w[u].z ^ w[u].w;
+      }
+    }
   }
   if (acc == 0x9E3779B9u) *sink = acc;  // (never, in practice: keeps the loads)
 }
