@@ -335,9 +335,14 @@ struct Lookahead {
   bool meet = true;  // false: no meetings, each block's products from whatever its inputs hold (wrong values)
 };
 
-// Round `round` of the warp's rows of ph (rows r0 + warp + kWarps·(round·R + i), i < R = kLoadChunks /
-// kCpl, below r1): lane's chunks u·32 + lane of each row (kCpl = columns / 1024), with each chunk's
-// scale and bias packed in a word.
+// Row i of round `round` of a warp's rows (rows of kRows a round, the block's share from r0, a warp
+// every kWarps rows).
+__device__ __forceinline__ int round_row(int r0, int warp, int round, int rows_a_round, int i) {
+  return r0 + warp + kWarps * (round * rows_a_round + i);
+}
+// Round `round` of the warp's rows of ph (round_row's, i < R = kLoadChunks / kCpl, below r1): lane's
+// chunks u·32 + lane of each row (kCpl = columns / 1024), with each chunk's scale and bias packed in a
+// word.
 template <int kCpl>
 __device__ __forceinline__ void load_round(const Phase& ph, int r0, int r1, int round, int warp, int lane,
                                            uint4 (&w)[kLoadChunks], uint32_t (&sb)[kLoadChunks]) {
@@ -345,7 +350,7 @@ __device__ __forceinline__ void load_round(const Phase& ph, int r0, int r1, int 
   const int groups = ph.cols / kGroup;
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
-    const int row = r0 + warp + kWarps * (round * kRows + i);
+    const int row = round_row(r0, warp, round, kRows, i);
     if (row < r1)
 #pragma unroll
       for (int u = 0; u < kCpl; ++u) {
@@ -377,7 +382,7 @@ __device__ __forceinline__ void compute_round(const Phase& ph, int r0, int r1, i
   }
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
-    const int row = r0 + warp + kWarps * (round * kRows + i);
+    const int row = round_row(r0, warp, round, kRows, i);
     if (row >= r1) break;
     const float sum = warp_sum(acc[i]);
     if (lane == 0) ph.y[row] = factor * sum;
@@ -421,7 +426,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int p = 0; p < count; ++p) {
     const Phase& ph = phases[p];
     const int r0 = share_begin(ph.rows, b), r1 = share_begin(ph.rows, b + 1);
-    const bool wide = ph.cols / (32 * kE) == 4;  // else 2 chunks a lane of a row (the chain's 2048 columns)
+    const int cpl = ph.cols / (32 * kE);  // a lane's chunks of a row: 4 or (the chain's 2048 columns) 2
+    const bool wide = cpl == 4;
     auto load = [&](int round) {
       if (wide)
         load_round<4>(ph, r0, r1, round, warp, lane, w, sb);
@@ -444,7 +450,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float factor =
         stage_norm<kE, 2, true, Act::kI16>(ph.x, gamma, kEps, ph.cols, reinterpret_cast<float*>(xs), scratch);
     if (threadIdx.x == 0) mark(p, 1);
-    const int per_round = kLoadChunks / (wide ? 4 : 2), mine = (r1 - r0 - warp + kWarps - 1) / kWarps;
+    const int per_round = kLoadChunks / cpl, mine = (r1 - r0 - warp + kWarps - 1) / kWarps;
     for (int round = 0; round * per_round < mine; ++round) {
       if (round > 0) load(round);
       if (wide)
