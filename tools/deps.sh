@@ -8,6 +8,7 @@ packages=(
   libcpp-httplib-dev                        # HTTP server
   libgtest-dev                              # unit tests
   clang libclang-rt-14-dev                  # libFuzzer targets
+  clang-format                              # tools/check_style.sh (Debian 12's is version 14)
   python3-jinja2                            # reference renderer of the chat template
 )
 # Node.js runs the reference-library tests. Machines that already have node and npm (e.g. from
