@@ -15,6 +15,10 @@ void EngineOptions::add_to(ArgParser& p) {
   p.option({"-m", "--model"}, "DIR",
            "model directory (Hugging Face layout); default: the built-in small model", &model,
            "LLAMA_ARG_MODEL");
+  p.option({"--mtp"}, "DIR",
+           "take the MTP head (speculative decoding's drafter) from this checkpoint of the same model, e.g. "
+           "the official bf16 one or a directory holding just the mtp.* tensors",
+           &mtp, "QWICK_MTP");
   p.option({"-t", "--threads"}, "N", "CPU threads (0 = one per core)", &threads, "LLAMA_ARG_THREADS");
   p.option({"-c", "--ctx-size"}, "N", "context size in tokens (0 = the model's maximum)", &ctx_size,
            "LLAMA_ARG_CTX_SIZE");
@@ -91,9 +95,12 @@ std::string model_dir_or_builtin(const std::string& model) {
 Engine open_engine(const EngineOptions& options) {
   const std::string dir = model_dir_or_builtin(options.model);
   Engine e;
-  e.model = load_model(dir);
+  e.model = load_model(dir, options.mtp);
   const std::string device = options.device.empty() ? default_device() : options.device;
-  if (device == "cpu") e.model->checkpoint->load_pages();  // the CPU backend reads the weights in place
+  if (device == "cpu") {  // the CPU backend reads the weights in place
+    e.model->checkpoint->load_pages();
+    if (e.model->mtp_checkpoint) e.model->mtp_checkpoint->load_pages();
+  }
   e.backend = make_backend(device, *e.model, options.backend_options());
   return e;
 }

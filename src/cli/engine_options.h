@@ -13,6 +13,7 @@ namespace qwick {
 
 struct EngineOptions {
   std::string model;  // empty: the built-in small model
+  std::string mtp;    // a checkpoint to take the MTP head from (load_model's mtp_dir)
   int threads = 0;
   int64_t ctx_size = 0;
   std::string kv_type = "bf16";
