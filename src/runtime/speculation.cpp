@@ -1,12 +1,18 @@
 #include "runtime/speculation.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "core/error.h"
 
 namespace qwick {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 double probability_of(const Sampler::Distribution& d, int32_t token) {
   for (const auto& [id, p] : d)
@@ -38,6 +44,7 @@ int32_t Speculator::step(int32_t token, Sampler& sampler, int max_drafts, std::v
   const auto V = static_cast<size_t>(vocab_);
   const int k = std::max(0, std::min(depth_, max_drafts));
 
+  const auto t0 = Clock::now();
   // Draft k tokens, each drawn from the sampler's distribution of the head's logits.
   std::vector<StepRow> rows{{token, 0, backend_.position()}};
   q_.resize(static_cast<size_t>(k));
@@ -58,8 +65,12 @@ int32_t Speculator::step(int32_t token, Sampler& sampler, int max_drafts, std::v
     rows.push_back({d, 0, position});
   }
 
+  const auto t1 = Clock::now();
+  times_.draft += std::chrono::duration<double>(t1 - t0).count();
   // Verify: row i's logits give the main model's distribution of the token after rows[i].
   backend_.step(rows, std::span<float>(step_logits_.data(), rows.size() * V));
+  const auto t2 = Clock::now();
+  times_.verify += std::chrono::duration<double>(t2 - t1).count();
   int accepted = 0;
   int32_t next = -1;
   for (int i = 0; i <= k && next < 0; ++i) {
@@ -85,6 +96,8 @@ int32_t Speculator::step(int32_t token, Sampler& sampler, int max_drafts, std::v
     next = sampler.draw(p_);
   }
   backend_.commit(accepted + 1);
+  times_.accept += seconds_since(t2);
+  ++steps_;
   drafted_ += k;
   accepted_ += accepted;
   if (k > 0 && adaptive_) adapt(k, accepted);

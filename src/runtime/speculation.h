@@ -37,6 +37,14 @@ class Speculator {
   int depth() const { return depth_; }
   int64_t drafted() const { return drafted_; }    // drafts verified so far
   int64_t accepted() const { return accepted_; }  // of which accepted
+  int64_t steps() const { return steps_; }
+
+  // Seconds spent so far in the parts of a step: drafting (the head and choosing drafts), the
+  // verify pass, and the rest (acceptance, commit, the head following the accepted rows).
+  struct Times {
+    double draft = 0, verify = 0, accept = 0;
+  };
+  const Times& times() const { return times_; }
 
   // One step after `token` (chosen, in the sampler's history, not yet in the backend's sequence),
   // with at most `max_drafts` drafts (fewer near the context or length limit). Commits `token` and
@@ -54,7 +62,8 @@ class Speculator {
   DraftOverride override_;
   int depth_;
   bool adaptive_;
-  int64_t drafted_ = 0, accepted_ = 0;
+  int64_t drafted_ = 0, accepted_ = 0, steps_ = 0;
+  Times times_;
   double rate_ = 1.0;     // exponential average of the acceptance rate
   int since_change_ = 0;  // steps since the depth last changed
   std::vector<float> draft_logits_, step_logits_, row_;
