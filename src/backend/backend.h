@@ -5,6 +5,18 @@
 //   prefill(tokens)  many rows at once, in bounded chunks (matrix-shaped work)
 //   decode(token)    one row (bandwidth-shaped work)
 // Both append to the same sequence, so "prefill N, then decode k" equals "prefill N + k".
+//
+// Speculative decoding adds a multi-row decode step and the model's MTP head (model-spec.md §2.8):
+//   draft_begin(next) / draft_continue(d)   the head proposes the tokens after `next`, one by one
+//   step(rows)                              one pass over several rows, the logits of each
+//   commit(n)                               keeps the first n rows of the step
+// A step is a decode step over R rows, each tagged with its sequence and position. Verifying a
+// draft is the case of R consecutive positions of the one sequence: the backend keeps the DeltaNet
+// state after every row, so commit(n) continues from any accepted prefix; attention rows of the
+// rejected positions stay in the cache and are overwritten when those positions are decoded again.
+// Continuous batching is the case of rows of several sequences, one position each (commit then
+// keeps every row); it needs the backend to hold several sequences, which no backend does yet,
+// so today every row must name sequence 0.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/attention/attention.h"
 
 namespace qwick {
@@ -59,6 +72,9 @@ struct BackendOptions {
   // expert's matrices: their prefill GEMMs decode the 4-bit codes in the wgmma kernel instead of reading
   // bf16 through gemm_tma, and the 2.8 GB of copies are not made).
   std::string cuda_off;
+  // Run the model's MTP head beside the main model (Backend::has_draft_head): its cache fills while
+  // the sequence advances, one extra layer a token. Error when the model has no head.
+  bool mtp = false;
 };
 
 // Token selection done where the logits are (Backend::decode_sampled); 0 / 1 disable a cut. The
@@ -102,6 +118,13 @@ class SequenceSnapshot {
   virtual size_t bytes() const = 0;  // memory held
 };
 
+// One row of a multi-row decode step (Backend::step).
+struct StepRow {
+  int32_t token = 0;
+  int32_t sequence = 0;  // which of the backend's sequences; only 0 exists today
+  int64_t position = 0;  // the token's position in that sequence
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -135,6 +158,32 @@ class Backend {
     return false;
   }
   virtual BackendMemory memory() const { return {}; }
+
+  // --- Speculative decoding (see the top of this file). A backend without it keeps these
+  // defaults: max_step_rows() 0 and has_draft_head() false, and the calls throw Error. ---
+
+  // The most rows step() takes; 0 when the backend has no multi-row step.
+  virtual int max_step_rows() const { return 0; }
+  // Decodes `rows` in one pass and writes each row's logits ([rows, vocab]). The rows must be the
+  // consecutive positions position(), position() + 1, ... of sequence 0. Nothing is committed:
+  // position() stays, and until commit() the only other calls allowed are reset() and restore().
+  virtual void step(std::span<const StepRow> /*rows*/, std::span<float> /*logits*/) { unsupported("a multi-row step"); }
+  // Keeps the first n (1 <= n <= rows) rows of the last step: position() advances by n and the
+  // state is the one after row n - 1, as if only those n tokens had been decoded.
+  virtual void commit(int64_t /*n*/) { unsupported("a multi-row step"); }
+
+  // Whether the MTP head runs (BackendOptions::mtp with a model that has one). It follows the
+  // committed sequence, so it can draft after any prefill, decode or commit.
+  virtual bool has_draft_head() const { return false; }
+  // Starts a draft: `next` is the token that follows the sequence (chosen from its last logits;
+  // position() >= 1). Writes the head's logits for the token after `next` ([vocab]).
+  virtual void draft_begin(int32_t /*next*/, std::span<float> /*logits*/) { unsupported("the MTP head"); }
+  // Continues the draft with `token`, the draft chosen from the previous logits; writes the logits
+  // of the token after it. Drafting changes nothing the next step, decode or commit depends on.
+  virtual void draft_continue(int32_t /*token*/, std::span<float> /*logits*/) { unsupported("the MTP head"); }
+
+ private:
+  [[noreturn]] void unsupported(const char* what) const { fail("the {} backend does not run {}", name(), what); }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const Model& model, const BackendOptions& options);

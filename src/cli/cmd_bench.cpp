@@ -25,6 +25,7 @@
 
 #include "cli/args.h"
 #include "cli/bench_cost.h"
+#include "cli/bench_speculation.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/png_plot.h"
@@ -133,6 +134,8 @@ class Runner {
 int cmd_bench(int argc, char** argv) {
   EngineOptions engine;
   std::string lengths_text = "256,512,1K,2K,4K,8K,16K,32K,64K,128K", json_path, plot_path;
+  std::string accuracy_text, depths_text = "1,2,3,4";
+  int64_t spec_tokens = 64;
   int64_t prefill_reps = 3, decode_reps = 3, decode_tokens = 32, chunk = 4096, pp = 512, tg = 128,
           table_reps = 5;
   double rep_budget = 30;
@@ -156,8 +159,35 @@ int cmd_bench(int argc, char** argv) {
          "per length, one more prefill timing each stage on the device (printed, and in --json)", &stages);
   p.option({"--json"}, "FILE", "write every measurement here", &json_path);
   p.option({"--plot"}, "FILE", "write a PNG of both curves here", &plot_path);
+  p.option({"--draft-accuracy"}, "LIST",
+           "instead of the tables: speculative decoding at each context of --lengths with an oracle whose drafts "
+           "are right with these probabilities, comma separated (e.g. 0.7,0.85,0.95); see bench_speculation.h",
+           &accuracy_text);
+  p.option({"--spec-depths"}, "LIST", "with --draft-accuracy: drafts a step, comma separated", &depths_text);
+  p.option({"--spec-tokens"}, "N", "with --draft-accuracy: tokens generated a run", &spec_tokens);
   if (!p.parse(argc, argv)) return 0;
   const std::vector<int64_t> lengths = parse_lengths(lengths_text);
+  if (!accuracy_text.empty()) {
+    SpeculationBench spec;
+    spec.lengths = lengths;
+    spec.tokens = spec_tokens;
+    spec.chunk = chunk;
+    std::stringstream acc(accuracy_text), dep(depths_text);
+    for (std::string item; std::getline(acc, item, ',');) spec.accuracies.push_back(parse_double(item, "--draft-accuracy"));
+    for (std::string item; std::getline(dep, item, ',');)
+      spec.depths.push_back(static_cast<int>(parse_int(item, "--spec-depths")));
+    if (spec.accuracies.empty() || spec.depths.empty() || spec_tokens < 2)
+      fail("bench --draft-accuracy: needs probabilities, depths and --spec-tokens of at least 2");
+    if (engine.ctx_size == 0) engine.ctx_size = *std::max_element(lengths.begin(), lengths.end()) + spec_tokens + 16;
+    Engine e = open_engine(engine);
+    const nlohmann::json j = bench_speculation(*e.backend, e.model->config.vocab_size, spec);
+    if (!json_path.empty()) {
+      std::ofstream out(json_path);
+      out << nlohmann::json{{"device", e.backend->name()}, {"speculation", j}}.dump(2) << "\n";
+      if (!out) fail("{}: cannot write", json_path);
+    }
+    return 0;
+  }
   for (int64_t v : {prefill_reps, decode_reps, decode_tokens, chunk, table_reps})
     if (v <= 0) fail("bench: counts and sizes must be positive");
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());

@@ -78,6 +78,7 @@ int cmd_chat(int argc, char** argv) {
   ReplyPrinter printer(stdout, !o.hide_reasoning, use_color(stdout));
   BackendEngineOptions eo;
   eo.prefill_chunk = o.chunk;
+  eo.draft_max = e.draft_max;
   BackendEngine generator(*e.backend, e.model->config.vocab_size, eo);
   ojson messages = ojson::array();
   auto reset = [&] {

@@ -10,11 +10,12 @@
 namespace qwick {
 
 int cmd_info(int argc, char** argv) {
-  std::string dir;
+  std::string dir, mtp;
   ArgParser p("qwick info MODEL_DIR", "Loads and validates a model directory and summarises it.");
   p.positional("MODEL_DIR", "model directory", &dir, true);
+  p.option({"--mtp"}, "DIR", "take the MTP head from this checkpoint of the same model", &mtp);
   if (!p.parse(argc, argv)) return 0;
-  const auto model = load_model(dir);
+  const auto model = load_model(dir, mtp);
   const ModelConfig& c = model->config;
   std::string pattern;
   for (LayerKind k : c.layers) pattern += k == LayerKind::kAttention ? 'A' : 'D';
@@ -30,6 +31,11 @@ int cmd_info(int argc, char** argv) {
               c.lin_n_v_heads, c.lin_v_dim, c.conv_kernel);
   std::printf("moe          %d experts, top %d, expert dim %lld, shared expert dim %lld\n", c.n_experts,
               c.n_experts_per_tok, static_cast<long long>(c.expert_dim), static_cast<long long>(c.shared_expert_dim));
+  if (const auto& head = model->weights.mtp)
+    std::printf("mtp head     yes (%s), from %s: speculative decoding available\n", weight_format_name(head->fc.format),
+                mtp.empty() ? "the model directory" : mtp.c_str());
+  else
+    std::printf("mtp head     none (no mtp.* tensors): no speculative decoding\n");
   std::printf("context      %lld positions\n", static_cast<long long>(c.max_position_embeddings));
   if (c.quant.enabled) {
     std::map<int, int> bits;

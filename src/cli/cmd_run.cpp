@@ -112,6 +112,7 @@ int cmd_run(int argc, char** argv) {
   BackendEngineOptions eo;
   eo.prefill_chunk = chunk;
   eo.cache_bytes = 0;
+  eo.draft_max = e.draft_max;
   BackendEngine generator(*e.backend, e.model->config.vocab_size, eo);
   bool first = true;
   std::unique_ptr<StreamDecoder> decoder;
@@ -133,6 +134,9 @@ int cmd_run(int argc, char** argv) {
   print_timing("       eval time", r.generation_ms, r.generated_tokens, "tokens");
   std::fprintf(stderr, "generated %lld tokens, finish reason: %s\n", static_cast<long long>(r.generated_tokens),
                r.finish_reason.c_str());
+  if (r.draft_n > 0)
+    std::fprintf(stderr, "speculative drafts: %lld accepted of %lld (%.1f %%)\n", static_cast<long long>(r.draft_n_accepted),
+                 static_cast<long long>(r.draft_n), 100.0 * static_cast<double>(r.draft_n_accepted) / static_cast<double>(r.draft_n));
   return 0;
 }
 

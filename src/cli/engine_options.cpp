@@ -15,6 +15,14 @@ void EngineOptions::add_to(ArgParser& p) {
   p.option({"-m", "--model"}, "DIR",
            "model directory (Hugging Face layout); default: the built-in small model", &model,
            "LLAMA_ARG_MODEL");
+  p.option({"--mtp"}, "DIR",
+           "take the MTP head (speculative decoding's drafter) from this checkpoint of the same model, e.g. "
+           "the official bf16 one or a directory holding just the mtp.* tensors",
+           &mtp, "QWICK_MTP");
+  p.option({"--spec-draft"}, "N",
+           "speculative decoding: tokens the MTP head drafts a step (default 2 where the model has a head; 0 = "
+           "off); lossless, the output is that of plain decoding",
+           &spec_draft, "QWICK_SPEC_DRAFT");
   p.option({"-t", "--threads"}, "N", "CPU threads (0 = one per core)", &threads, "LLAMA_ARG_THREADS");
   p.option({"-c", "--ctx-size"}, "N", "context size in tokens (0 = the model's maximum)", &ctx_size,
            "LLAMA_ARG_CTX_SIZE");
@@ -91,10 +99,23 @@ std::string model_dir_or_builtin(const std::string& model) {
 Engine open_engine(const EngineOptions& options) {
   const std::string dir = model_dir_or_builtin(options.model);
   Engine e;
-  e.model = load_model(dir);
+  e.model = load_model(dir, options.mtp);
   const std::string device = options.device.empty() ? default_device() : options.device;
-  if (device == "cpu") e.model->checkpoint->load_pages();  // the CPU backend reads the weights in place
-  e.backend = make_backend(device, *e.model, options.backend_options());
+  if (device == "cpu") {  // the CPU backend reads the weights in place
+    e.model->checkpoint->load_pages();
+    if (e.model->mtp_checkpoint) e.model->mtp_checkpoint->load_pages();
+  }
+  BackendOptions backend_options = options.backend_options();
+  const int wanted = options.spec_draft < 0 ? EngineOptions::kDefaultDraft : options.spec_draft;
+  backend_options.mtp = wanted > 0 && e.model->weights.mtp.has_value() && device == "cpu";
+  e.backend = make_backend(device, *e.model, backend_options);
+  if (wanted > 0 && !e.backend->has_draft_head()) {
+    std::fprintf(stderr, "note: no speculative decoding: %s\n",
+                 !e.model->weights.mtp ? "the model has no MTP head (--mtp DIR can supply one)"
+                                       : "this device does not run the MTP head yet");
+  } else if (wanted > 0) {
+    e.draft_max = std::min(wanted, e.backend->max_step_rows() - 1);
+  }
   return e;
 }
 

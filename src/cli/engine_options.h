@@ -13,6 +13,7 @@ namespace qwick {
 
 struct EngineOptions {
   std::string model;  // empty: the built-in small model
+  std::string mtp;    // a checkpoint to take the MTP head from (load_model's mtp_dir)
   int threads = 0;
   int64_t ctx_size = 0;
   std::string kv_type = "bf16";
@@ -20,6 +21,9 @@ struct EngineOptions {
   bool exact = false;
   std::string cuda_off;  // BackendOptions::cuda_off
   bool cuda_int8 = false;
+  int spec_draft = -1;  // speculative drafts a step; < 0: kDefaultDraft where there is a head
+
+  static constexpr int kDefaultDraft = 2;
 
   void add_to(ArgParser& parser);
   BackendOptions backend_options() const;
@@ -28,6 +32,7 @@ struct EngineOptions {
 struct Engine {
   std::unique_ptr<Model> model;
   std::unique_ptr<Backend> backend;
+  int draft_max = 0;  // speculative drafts a step (BackendEngineOptions::draft_max); 0 = off
 };
 
 // Loads the model (making the built-in one first if no model was given) and starts the backend.

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "core/progress.h"
+#include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/safetensors.h"
 
@@ -210,15 +211,6 @@ ojson preset_text_config(const std::string& preset) {
   return t;
 }
 
-// Module paths quantized at 8 bits in MLX conversions of this model (model-spec.md §3b).
-bool eight_bit_module(const std::string& module) {
-  auto ends = [&](const char* s) {
-    const size_t n = std::strlen(s);
-    return module.size() >= n && module.compare(module.size() - n, n, s) == 0;
-  };
-  return ends("mlp.gate") || ends("mlp.shared_expert_gate");
-}
-
 ojson full_config(const ojson& text, const std::string& format) {
   const int32_t base = special_token_base(text["vocab_size"].get<int64_t>());
   ojson c;
@@ -240,60 +232,93 @@ ojson full_config(const ojson& text, const std::string& format) {
     for (int L = 0; L < n; ++L)
       for (const char* m : {"mlp.gate", "mlp.shared_expert_gate"})
         q[fmt::format("language_model.model.layers.{}.{}", L, m)] = {{"group_size", 64}, {"bits", 8}};
+    for (const char* m : {"mlp.gate", "mlp.shared_expert_gate"})
+      q[fmt::format("mtp.layers.0.{}", m)] = {{"group_size", 64}, {"bits", 8}};
     c["quantization"] = q;
     c["quantization_config"] = q;
   }
   return c;
 }
 
-std::vector<TensorSpec> tensor_specs(const ModelConfig& cfg, const std::string& format, const TensorFactory& f) {
-  const bool mlx = format == "mlx4";
-  const std::string P = mlx ? "language_model.model." : "model.language_model.";
-  const int64_t H = cfg.hidden_size, V = cfg.vocab_size, I = cfg.expert_dim, S = cfg.shared_expert_dim;
-  const int64_t E = cfg.n_experts, C = cfg.conv_channels(), K = cfg.conv_kernel;
-  // Output projections are scaled down so the residual stream grows slowly over the layers.
-  const float out_gain = 1.0f / std::sqrt(2.0f * static_cast<float>(cfg.n_layers()));
-  std::vector<TensorSpec> out;
+// The tensors of a checkpoint in `format` (mlx4: affine with the config's bits and group per module,
+// else bf16 in the official layout), written by the members below.
+class SpecWriter {
+ public:
+  SpecWriter(const ModelConfig& cfg, const std::string& format, const TensorFactory& f)
+      : cfg_(cfg), mlx_(format == "mlx4"), f_(f), out_gain_(1.0f / std::sqrt(2.0f * static_cast<float>(cfg.n_layers()))) {}
+
+  // The whole model; with `mtp`, its head as well.
+  std::vector<TensorSpec> model(bool mtp) {
+    const std::string P = mlx_ ? "language_model.model." : "model.language_model.";
+    const int64_t H = cfg_.hidden_size;
+    matrix(P + "embed_tokens", {}, cfg_.vocab_size, H, 1.0f);
+    zc_norm(P + "norm.weight", H);
+    matrix(mlx_ ? "language_model.lm_head" : "lm_head", {}, cfg_.vocab_size, H, fan(H));
+    for (int L = 0; L < cfg_.n_layers(); ++L)
+      layer(P + "layers." + std::to_string(L) + ".", cfg_.layers[static_cast<size_t>(L)]);
+    if (mtp) head();
+    return std::move(out_);
+  }
+
+  // The MTP head alone (model-spec.md §2.8), under `mtp.`.
+  std::vector<TensorSpec> head_only() {
+    head();
+    return std::move(out_);
+  }
+
+ private:
+  static float fan(int64_t cols) { return 1.0f / std::sqrt(static_cast<float>(cols)); }
+
+  void head() {
+    const int64_t H = cfg_.hidden_size;
+    zc_norm("mtp.pre_fc_norm_embedding.weight", H);
+    zc_norm("mtp.pre_fc_norm_hidden.weight", H);
+    matrix("mtp.fc", {}, H, 2 * H, fan(2 * H));
+    layer("mtp.layers.0.", LayerKind::kAttention);
+    zc_norm("mtp.norm.weight", H);
+  }
 
   // A matrix [stack..., rows, cols] of standard deviation sigma.
-  auto matrix = [&](const std::string& module, std::vector<int64_t> lead, int64_t rows, int64_t cols, float sigma) {
+  void matrix(const std::string& module, std::vector<int64_t> lead, int64_t rows, int64_t cols, float sigma) {
     std::vector<int64_t> shape = lead;
     shape.push_back(rows);
-    if (!mlx) {
+    if (!mlx_) {
       shape.push_back(cols);
-      out.push_back({module + (module.ends_with("_proj") && module.find(".experts.") != std::string::npos ? "" : ".weight"),
-                     DType::kBF16, shape, f.dense(module, DType::kBF16, sigma)});
+      out_.push_back({module + (module.ends_with("_proj") && module.find(".experts.") != std::string::npos ? "" : ".weight"),
+                      DType::kBF16, shape, f_.dense(module, DType::kBF16, sigma)});
       return;
     }
-    const int bits = eight_bit_module(module) ? 8 : 4;
+    const auto quant = cfg_.quant.for_module(module);
+    if (!quant) fail("the config's quantization block leaves {} unquantized; make-model quantizes every matrix", module);
     std::vector<int64_t> wshape = shape, gshape = shape;
-    wshape.push_back(cols * bits / 32);
-    gshape.push_back(cols / 64);
-    out.push_back({module + ".weight", DType::kU32, wshape, f.packed(module)});
-    out.push_back({module + ".scales", DType::kBF16, gshape, f.affine(module, sigma, bits, false)});
-    out.push_back({module + ".biases", DType::kBF16, gshape, f.affine(module, sigma, bits, true)});
-  };
-  auto vec = [&](const std::string& name, std::vector<int64_t> shape, SafetensorsWriter::Fill fill,
-                 DType dtype = DType::kBF16) { out.push_back({name, dtype, std::move(shape), std::move(fill)}); };
-  // Zero-centred norms: the official layout stores w, MLX stores 1 + w.
-  auto zc_norm = [&](const std::string& name, int64_t n) {
-    vec(name, {n}, f.dense(name, DType::kBF16, 0.1f, mlx ? 1.0f : 0.0f));
-  };
-  auto fan = [](int64_t cols) { return 1.0f / std::sqrt(static_cast<float>(cols)); };
+    wshape.push_back(cols * quant->bits / 32);
+    gshape.push_back(cols / quant->group_size);
+    out_.push_back({module + ".weight", DType::kU32, wshape, f_.packed(module)});
+    out_.push_back({module + ".scales", DType::kBF16, gshape, f_.affine(module, sigma, quant->bits, false)});
+    out_.push_back({module + ".biases", DType::kBF16, gshape, f_.affine(module, sigma, quant->bits, true)});
+  }
 
-  matrix(P + "embed_tokens", {}, V, H, 1.0f);
-  zc_norm(P + "norm.weight", H);
-  matrix(mlx ? "language_model.lm_head" : "lm_head", {}, V, H, fan(H));
-  for (int L = 0; L < cfg.n_layers(); ++L) {
-    const std::string p = P + "layers." + std::to_string(L) + ".";
+  void vec(const std::string& name, std::vector<int64_t> shape, SafetensorsWriter::Fill fill, DType dtype = DType::kBF16) {
+    out_.push_back({name, dtype, std::move(shape), std::move(fill)});
+  }
+
+  // Zero-centred norms: the official layout stores w, MLX stores 1 + w.
+  void zc_norm(const std::string& name, int64_t n) { vec(name, {n}, f_.dense(name, DType::kBF16, 0.1f, mlx_ ? 1.0f : 0.0f)); }
+
+  // One decoder layer under `p`. Output projections are scaled down so the residual stream grows
+  // slowly over the layers.
+  void layer(const std::string& p, LayerKind kind) {
+    const ModelConfig& cfg = cfg_;
+    const int64_t H = cfg.hidden_size, I = cfg.expert_dim, S = cfg.shared_expert_dim;
+    const int64_t E = cfg.n_experts, C = cfg.conv_channels(), K = cfg.conv_kernel;
     zc_norm(p + "input_layernorm.weight", H);
     zc_norm(p + "post_attention_layernorm.weight", H);
-    if (cfg.layers[static_cast<size_t>(L)] == LayerKind::kAttention) {
+    if (kind == LayerKind::kAttention) {
       const int64_t hd = cfg.head_dim, kv = cfg.n_kv_heads * hd;
       matrix(p + "self_attn.q_proj", {}, cfg.q_proj_rows(), H, fan(H));
       matrix(p + "self_attn.k_proj", {}, kv, H, fan(H));
       matrix(p + "self_attn.v_proj", {}, kv, H, fan(H));
-      matrix(p + "self_attn.o_proj", {}, H, cfg.n_heads * hd, out_gain * fan(cfg.n_heads * hd));
+      matrix(p + "self_attn.o_proj", {}, H, cfg.n_heads * hd, out_gain_ * fan(cfg.n_heads * hd));
       zc_norm(p + "self_attn.q_norm.weight", hd);
       zc_norm(p + "self_attn.k_norm.weight", hd);
     } else {
@@ -302,36 +327,109 @@ std::vector<TensorSpec> tensor_specs(const ModelConfig& cfg, const std::string& 
       matrix(p + "linear_attn.in_proj_z", {}, Vt, H, fan(H));
       matrix(p + "linear_attn.in_proj_b", {}, Hv, H, fan(H));
       matrix(p + "linear_attn.in_proj_a", {}, Hv, H, fan(H));
-      matrix(p + "linear_attn.out_proj", {}, H, Vt, out_gain * fan(Vt));
+      matrix(p + "linear_attn.out_proj", {}, H, Vt, out_gain_ * fan(Vt));
       const std::string conv = p + "linear_attn.conv1d.weight";
-      vec(conv, mlx ? std::vector<int64_t>{C, K, 1} : std::vector<int64_t>{C, 1, K},
-          f.dense(conv, DType::kBF16, fan(K)));
-      vec(p + "linear_attn.A_log", {Hv}, f.a_log(p + "linear_attn.A_log"), DType::kF32);
-      vec(p + "linear_attn.dt_bias", {Hv}, f.dense(p + "linear_attn.dt_bias", DType::kBF16, 0.5f));
-      vec(p + "linear_attn.norm.weight", {cfg.lin_v_dim},
-          f.dense(p + "linear_attn.norm.weight", DType::kBF16, 0.1f, 1.0f));
+      vec(conv, mlx_ ? std::vector<int64_t>{C, K, 1} : std::vector<int64_t>{C, 1, K}, f_.dense(conv, DType::kBF16, fan(K)));
+      vec(p + "linear_attn.A_log", {Hv}, f_.a_log(p + "linear_attn.A_log"), DType::kF32);
+      vec(p + "linear_attn.dt_bias", {Hv}, f_.dense(p + "linear_attn.dt_bias", DType::kBF16, 0.5f));
+      vec(p + "linear_attn.norm.weight", {cfg.lin_v_dim}, f_.dense(p + "linear_attn.norm.weight", DType::kBF16, 0.1f, 1.0f));
     }
     matrix(p + "mlp.gate", {}, E, H, fan(H));
-    if (mlx) {
+    if (mlx_) {
       matrix(p + "mlp.switch_mlp.gate_proj", {E}, I, H, fan(H));
       matrix(p + "mlp.switch_mlp.up_proj", {E}, I, H, fan(H));
-      matrix(p + "mlp.switch_mlp.down_proj", {E}, H, I, out_gain * fan(I));
+      matrix(p + "mlp.switch_mlp.down_proj", {E}, H, I, out_gain_ * fan(I));
     } else {
       matrix(p + "mlp.experts.gate_up_proj", {E}, 2 * I, H, fan(H));
-      matrix(p + "mlp.experts.down_proj", {E}, H, I, out_gain * fan(I));
+      matrix(p + "mlp.experts.down_proj", {E}, H, I, out_gain_ * fan(I));
     }
     matrix(p + "mlp.shared_expert.gate_proj", {}, S, H, fan(H));
     matrix(p + "mlp.shared_expert.up_proj", {}, S, H, fan(H));
-    matrix(p + "mlp.shared_expert.down_proj", {}, H, S, out_gain * fan(S));
+    matrix(p + "mlp.shared_expert.down_proj", {}, H, S, out_gain_ * fan(S));
     matrix(p + "mlp.shared_expert_gate", {}, 1, H, fan(H));
   }
-  return out;
-}
+
+  const ModelConfig& cfg_;
+  bool mlx_;
+  const TensorFactory& f_;
+  float out_gain_;
+  std::vector<TensorSpec> out_;
+};
 
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
   if (!out) fail("cannot write {}", path.string());
+}
+
+// Writes `specs` into shards named STEM-0000i-of-0000n.safetensors, greedily in declaration order
+// (layer by layer), each at most spec.shard_bytes unless one tensor is larger, several at once.
+// Returns (tensor, shard file) pairs.
+std::vector<std::pair<std::string, std::string>> write_shards(const std::vector<TensorSpec>& specs, const fs::path& out_dir,
+                                                              const std::string& stem, const SyntheticModelSpec& spec) {
+  std::vector<std::vector<const TensorSpec*>> shards(1);
+  uint64_t in_shard = 0, total = 0;
+  for (const auto& t : specs) {
+    if (in_shard > 0 && in_shard + t.bytes() > spec.shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(&t);
+    in_shard += t.bytes();
+    total += t.bytes();
+  }
+  const size_t n_shards = shards.size();
+  auto shard_name = [&](size_t i) { return fmt::format("{}-{:05d}-of-{:05d}.safetensors", stem, i + 1, n_shards); };
+
+  Progress progress("writing " + out_dir.string(), total);
+  std::mutex progress_mutex;
+  std::atomic<size_t> next{0};
+  std::mutex error_mutex;
+  std::string error;
+  const int n_threads = std::max(1, std::min<int>(spec.threads > 0 ? spec.threads : static_cast<int>(std::thread::hardware_concurrency()),
+                                                  static_cast<int>(n_shards)));
+  auto worker = [&] {
+    for (size_t i = next++; i < n_shards; i = next++) {
+      try {
+        SafetensorsWriter w;
+        w.set_metadata("format", "pt");
+        for (const TensorSpec* t : shards[i]) w.add(t->name, t->dtype, t->shape, t->fill);
+        w.write((out_dir / shard_name(i)).string(), [&](size_t n) {
+          std::lock_guard<std::mutex> lock(progress_mutex);
+          progress.advance(n);
+        });
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (error.empty()) error = e.what();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 1; i < n_threads; ++i) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  if (!error.empty()) throw Error(error);
+
+  std::vector<std::pair<std::string, std::string>> entries;
+  for (size_t i = 0; i < n_shards; ++i)
+    for (const TensorSpec* t : shards[i]) entries.emplace_back(t->name, shard_name(i));
+  return entries;
+}
+
+// model.safetensors.index.json for (tensor, shard file) pairs; total_size from the shards on disk.
+void write_index(const fs::path& out_dir, std::vector<std::pair<std::string, std::string>> entries) {
+  std::sort(entries.begin(), entries.end());
+  uint64_t total = 0;
+  std::vector<std::string> files;
+  for (const auto& [name, file] : entries)
+    if (std::find(files.begin(), files.end(), file) == files.end()) files.push_back(file);
+  for (const std::string& file : files) total += fs::file_size(out_dir / file);
+  ojson index;
+  index["metadata"] = {{"total_size", total}};
+  ojson map = ojson::object();
+  for (const auto& [name, file] : entries) map[name] = file;
+  index["weight_map"] = map;
+  write_text(out_dir / "model.safetensors.index.json", index.dump(2) + "\n");
 }
 
 }  // namespace
@@ -388,62 +486,32 @@ void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& di
 
   const RandomPools pools(spec.seed);
   const TensorFactory factory(pools, spec.seed);
-  std::vector<TensorSpec> specs = tensor_specs(cfg, spec.format, factory);
+  const std::vector<TensorSpec> specs = SpecWriter(cfg, spec.format, factory).model(spec.mtp);
+  write_index(out_dir, write_shards(specs, out_dir, "model", spec));
+}
 
-  // Greedy shards in declaration order (layer by layer), each at most shard_bytes unless one tensor is larger.
-  std::vector<std::vector<const TensorSpec*>> shards(1);
-  uint64_t in_shard = 0, total = 0;
-  for (const auto& t : specs) {
-    if (in_shard > 0 && in_shard + t.bytes() > spec.shard_bytes) {
-      shards.emplace_back();
-      in_shard = 0;
-    }
-    shards.back().push_back(&t);
-    in_shard += t.bytes();
-    total += t.bytes();
-  }
-  const size_t n_shards = shards.size();
-  auto shard_name = [&](size_t i) { return fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n_shards); };
+void add_synthetic_mtp(const SyntheticModelSpec& spec, const std::string& src, const std::string& dst) {
+  const ModelConfig cfg = load_model_config(src);
+  const auto ckpt = Checkpoint::open(src);
+  for (const std::string& name : ckpt->names())
+    if (name.starts_with("mtp.") || name.find(".mtp.") != std::string::npos)
+      fail("{} already has an MTP head (tensor \"{}\")", src, name);
+  const std::string format = ckpt->has("language_model.model.embed_tokens.weight") ? "mlx4" : "bf16";
 
-  Progress progress("writing " + dir, total);
-  std::mutex progress_mutex;
-  std::atomic<size_t> next{0};
-  std::mutex error_mutex;
-  std::string error;
-  const int n_threads = std::max(1, std::min<int>(spec.threads > 0 ? spec.threads : static_cast<int>(std::thread::hardware_concurrency()),
-                                                  static_cast<int>(n_shards)));
-  auto worker = [&] {
-    for (size_t i = next++; i < n_shards; i = next++) {
-      try {
-        SafetensorsWriter w;
-        w.set_metadata("format", "pt");
-        for (const TensorSpec* t : shards[i]) w.add(t->name, t->dtype, t->shape, t->fill);
-        w.write((out_dir / shard_name(i)).string(), [&](size_t n) {
-          std::lock_guard<std::mutex> lock(progress_mutex);
-          progress.advance(n);
-        });
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (error.empty()) error = e.what();
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int i = 1; i < n_threads; ++i) threads.emplace_back(worker);
-  worker();
-  for (auto& t : threads) t.join();
-  if (!error.empty()) throw Error(error);
-
-  ojson index;
-  index["metadata"] = {{"total_size", total}};
-  ojson map = ojson::object();
+  const fs::path out_dir(dst);
+  fs::create_directories(out_dir);
   std::vector<std::pair<std::string, std::string>> entries;
-  for (size_t i = 0; i < n_shards; ++i)
-    for (const TensorSpec* t : shards[i]) entries.emplace_back(t->name, shard_name(i));
-  std::sort(entries.begin(), entries.end());
-  for (const auto& [name, file] : entries) map[name] = file;
-  index["weight_map"] = map;
-  write_text(out_dir / "model.safetensors.index.json", index.dump(2) + "\n");
+  for (const std::string& name : ckpt->names())
+    entries.emplace_back(name, fs::path(*ckpt->find(name)->file).filename().string());
+  if (!fs::equivalent(fs::path(src), out_dir))
+    for (const auto& e : fs::directory_iterator(src))
+      if (e.is_regular_file()) fs::copy_file(e.path(), out_dir / e.path().filename(), fs::copy_options::overwrite_existing);
+
+  const RandomPools pools(spec.seed);
+  const TensorFactory factory(pools, spec.seed);
+  const auto head = write_shards(SpecWriter(cfg, format, factory).head_only(), out_dir, "mtp", spec);
+  entries.insert(entries.end(), head.begin(), head.end());
+  write_index(out_dir, entries);
 }
 
 }  // namespace qwick

@@ -1,5 +1,7 @@
 // Binding checkpoint tensors to the weight structs, for the three layouts of model-spec.md §3.
 #include <cmath>
+#include <optional>
+#include <utility>
 
 #include "core/error.h"
 #include "core/numeric.h"
@@ -46,26 +48,35 @@ WeightFormat dense_format(const TensorInfo& t) {
   }
 }
 
+struct LayoutNames {
+  CheckpointLayout layout;
+  std::string prefix, head;  // of the decoder's tensors, and the lm_head module
+};
+
+// The layout, from the name of the token embedding; nullopt when there is none (a head-only file).
+std::optional<LayoutNames> detect_layout(const Checkpoint& ckpt) {
+  if (ckpt.has("language_model.model.embed_tokens.weight"))
+    return LayoutNames{CheckpointLayout::kMlx, "language_model.model.", "language_model.lm_head"};
+  if (ckpt.has("model.language_model.embed_tokens.weight"))
+    return LayoutNames{CheckpointLayout::kOfficial, "model.language_model.", "lm_head"};
+  if (ckpt.has("model.embed_tokens.weight")) return LayoutNames{CheckpointLayout::kTransformers, "model.", "lm_head"};
+  return std::nullopt;
+}
+
+// The MTP head's tensors sit under the first of these prefixes the checkpoint uses: the official
+// release's `mtp.`, and the spellings a conversion that renames the decoder may give it.
+std::optional<std::string> find_mtp_prefix(const Checkpoint& ckpt) {
+  const std::vector<std::string> names = ckpt.names();
+  for (const char* prefix : {"mtp.", "model.mtp.", "language_model.model.mtp.", "language_model.mtp."})
+    for (const std::string& n : names)
+      if (n.starts_with(prefix)) return std::string(prefix);
+  return std::nullopt;
+}
+
 class Binder {
  public:
-  Binder(const ModelConfig& config, Checkpoint& ckpt) : cfg_(config), ckpt_(ckpt) {
-    if (ckpt.has("language_model.model.embed_tokens.weight")) {
-      layout_ = CheckpointLayout::kMlx;
-      prefix_ = "language_model.model.";
-      head_ = "language_model.lm_head";
-    } else if (ckpt.has("model.language_model.embed_tokens.weight")) {
-      layout_ = CheckpointLayout::kOfficial;
-      prefix_ = "model.language_model.";
-      head_ = "lm_head";
-    } else if (ckpt.has("model.embed_tokens.weight")) {
-      layout_ = CheckpointLayout::kTransformers;
-      prefix_ = "model.";
-      head_ = "lm_head";
-    } else {
-      fail("cannot find the token embedding: no tensor named language_model.model.embed_tokens.weight, "
-           "model.language_model.embed_tokens.weight or model.embed_tokens.weight");
-    }
-  }
+  Binder(const ModelConfig& config, Checkpoint& ckpt, LayoutNames names)
+      : cfg_(config), ckpt_(ckpt), layout_(names.layout), prefix_(std::move(names.prefix)), head_(std::move(names.head)) {}
 
   ModelWeights bind() {
     ModelWeights w;
@@ -79,10 +90,11 @@ class Binder {
     } else {
       w.lm_head = matrix(head_, cfg_.vocab_size, H);
     }
-    for (int L = 0; L < cfg_.n_layers(); ++L) w.layers.push_back(layer(L));
+    for (int L = 0; L < cfg_.n_layers(); ++L)
+      w.layers.push_back(layer(layer_prefix(L), cfg_.layers[static_cast<size_t>(L)], fmt::format("layer {}", L)));
+    if (const auto mtp_prefix = find_mtp_prefix(ckpt_)) w.mtp = mtp(*mtp_prefix);
 
-    std::vector<std::string> ignored = {"mtp.", "model.mtp.", "model.visual.", "visual.", "vision_tower.",
-                                        "model.vision_tower.", "language_model.model.mtp."};
+    std::vector<std::string> ignored = {"model.visual.", "visual.", "vision_tower.", "model.vision_tower."};
     if (lm_head_ignored_) ignored.push_back(head_ + ".");
     const auto extra = ckpt_.unused(ignored);
     if (!extra.empty())
@@ -90,6 +102,18 @@ class Binder {
            "text model this config describes)",
            extra.front(), extra.size(), cfg_.n_layers());
     return w;
+  }
+
+  // The head under `p` (model-spec.md §2.8). Every piece must be there once any is.
+  MtpWeights mtp(const std::string& p) {
+    const int64_t H = cfg_.hidden_size;
+    MtpWeights m;
+    m.pre_fc_norm_embedding = norm(p + "pre_fc_norm_embedding.weight", H);
+    m.pre_fc_norm_hidden = norm(p + "pre_fc_norm_hidden.weight", H);
+    m.fc = matrix(p + "fc", H, 2 * H);
+    m.layer = layer(p + "layers.0.", LayerKind::kAttention, "the MTP head");
+    m.norm = norm(p + "norm.weight", H);
+    return m;
   }
 
  private:
@@ -240,7 +264,7 @@ class Binder {
     return d;
   }
 
-  MoeWeights moe(const std::string& p, int L) {
+  MoeWeights moe(const std::string& p, const std::string& what) {
     MoeWeights m;
     const int64_t H = cfg_.hidden_size, I = cfg_.expert_dim, S = cfg_.shared_expert_dim, E = cfg_.n_experts;
     m.router = matrix(p + "mlp.gate", E, H);
@@ -267,24 +291,24 @@ class Binder {
         m.experts[e] = {matrix(q + "gate_proj", I, H), matrix(q + "up_proj", I, H), matrix(q + "down_proj", H, I)};
       }
     } else {
-      fail("missing expert weights for layer {}: no {}mlp.switch_mlp.gate_proj.weight, {}mlp.experts.gate_up_proj "
+      fail("missing expert weights for {}: no {}mlp.switch_mlp.gate_proj.weight, {}mlp.experts.gate_up_proj "
            "or {}mlp.experts.0.gate_proj.weight",
-           L, p, p, p);
+           what, p, p, p);
     }
     return m;
   }
 
-  LayerWeights layer(int L) {
-    const std::string p = layer_prefix(L);
+  // The decoder layer under `p`; `what` names it in errors.
+  LayerWeights layer(const std::string& p, LayerKind kind, const std::string& what) {
     LayerWeights lw;
     const int64_t H = cfg_.hidden_size;
     lw.input_norm = norm(p + "input_layernorm.weight", H);
     lw.post_norm = norm(p + "post_attention_layernorm.weight", H);
-    if (cfg_.layers[static_cast<size_t>(L)] == LayerKind::kAttention)
+    if (kind == LayerKind::kAttention)
       lw.mixer = attention(p);
     else
       lw.mixer = deltanet(p);
-    lw.moe = moe(p, L);
+    lw.moe = moe(p, what);
     return lw;
   }
 
@@ -298,7 +322,27 @@ class Binder {
 }  // namespace
 
 ModelWeights bind_weights(const ModelConfig& config, Checkpoint& checkpoint) {
-  return Binder(config, checkpoint).bind();
+  const auto names = detect_layout(checkpoint);
+  if (!names)
+    fail("cannot find the token embedding: no tensor named language_model.model.embed_tokens.weight, "
+         "model.language_model.embed_tokens.weight or model.embed_tokens.weight");
+  return Binder(config, checkpoint, *names).bind();
+}
+
+MtpWeights bind_mtp_weights(const ModelConfig& config, Checkpoint& checkpoint) {
+  const auto prefix = find_mtp_prefix(checkpoint);
+  if (!prefix) fail("the checkpoint has no MTP head (no tensor named mtp.*)");
+  // A head-only file has no embedding to tell its layout by: MLX files fold the norms' 1 in and
+  // quantize every matrix, so an affine fc marks one.
+  auto names = detect_layout(checkpoint);
+  if (!names) {
+    const bool mlx = checkpoint.has(*prefix + "fc.scales");
+    names = LayoutNames{mlx ? CheckpointLayout::kMlx : CheckpointLayout::kOfficial, "", ""};
+  }
+  MtpWeights head = Binder(config, checkpoint, *names).mtp(*prefix);
+  for (const std::string& name : checkpoint.unused({}))
+    if (name.starts_with(*prefix)) fail("unexpected tensor \"{}\" in the MTP head", name);
+  return head;
 }
 
 }  // namespace qwick

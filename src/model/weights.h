@@ -5,6 +5,7 @@
 // zero-centred norms with their 1 added, A_log turned into -exp(A_log).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -64,17 +65,35 @@ struct LayerWeights {
   MoeWeights moe;
 };
 
+// The multi-token-prediction head (model-spec.md §2.8), `mtp.*` in the checkpoint: one more
+// decoder layer that predicts the token after next from the main model's final-normed hidden state
+// and the next token's embedding. It shares the embedding and lm_head with the main model.
+struct MtpWeights {
+  std::vector<float> pre_fc_norm_embedding;  // [hidden], 1 + w: RMSNorm of the next token's embedding
+  std::vector<float> pre_fc_norm_hidden;     // [hidden], 1 + w: RMSNorm of the main model's hidden state
+  WeightMatrix fc;                           // [hidden, 2 * hidden]: inputs [normed embedding | normed hidden]
+  LayerWeights layer;                        // one gated full-attention layer with its MoE
+  std::vector<float> norm;                   // [hidden], 1 + w: before the shared lm_head
+};
+
 struct ModelWeights {
   CheckpointLayout layout = CheckpointLayout::kOfficial;
   WeightMatrix embed;    // [vocab, hidden]
   WeightMatrix lm_head;  // [vocab, hidden] (the embedding itself when tied)
   std::vector<float> final_norm;  // [hidden], 1 + w
   std::vector<LayerWeights> layers;
+  std::optional<MtpWeights> mtp;  // absent when the checkpoint has no `mtp.*` tensors
 };
 
-// Binds every tensor the config needs. Throws Error naming the tensor when one is missing, has the
-// wrong shape or dtype, or when the checkpoint holds a tensor no binding consumed (vision tower and
-// MTP head excepted).
+// Binds every tensor the config needs, and the MTP head when the checkpoint has one (all of it, or
+// an error naming the missing piece). Throws Error naming the tensor when one is missing, has the
+// wrong shape or dtype, or when the checkpoint holds a tensor no binding consumed (the vision tower
+// excepted).
 ModelWeights bind_weights(const ModelConfig& config, Checkpoint& checkpoint);
+
+// Binds only the MTP head of `checkpoint`: another checkpoint of the same model (any layout, every
+// other tensor ignored) or a file holding just `mtp.*`. Throws Error when it has no head, or naming
+// the tensor whose shape differs from what `config` needs.
+MtpWeights bind_mtp_weights(const ModelConfig& config, Checkpoint& checkpoint);
 
 }  // namespace qwick

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "runtime/speculation.h"
 
 namespace qwick {
 namespace {
@@ -155,6 +156,16 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
       return t;
     };
     const int64_t limit = job.max_tokens < 0 ? std::numeric_limits<int64_t>::max() : job.max_tokens;
+    // Speculation needs the head, and leaves out log-probabilities (the verify pass ranks no tokens).
+    int depth = job.draft_max >= 0 ? job.draft_max : options_.draft_max;
+    if (!backend_.has_draft_head() || want_logprobs) depth = 0;
+    depth = std::min(depth, std::max(0, backend_.max_step_rows() - 1));
+    Speculator speculator(backend_, vocab_, depth, options_.draft_adaptive, options_.draft_override);
+    // What the last speculative step chose beyond `token`: the accepted drafts (in the sequence and
+    // the sampler's history) and then the token after them (in neither), emitted in turn.
+    std::vector<int32_t> ahead;
+    size_t next_ahead = 0;
+    bool in_history = false;     // whether `token` is in the sampler's history already
     stats.finish_reason = "length";
     int32_t token = limit > 0 ? pick() : 0;
     while (stats.generated_tokens < limit) {
@@ -162,7 +173,7 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
         stats.finish_reason = "stop";
         break;
       }
-      sampler.accept(token);
+      if (!in_history) sampler.accept(token);
       ++stats.generated_tokens;
       generated.id = token;
       const TokenAction action = observer.on_token(generated);
@@ -170,13 +181,33 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
         stats.finish_reason = action == TokenAction::kStop ? "stop" : "cancelled";
         break;
       }
-      if (stats.generated_tokens >= limit || backend_.position() >= backend_.max_context()) break;
+      if (stats.generated_tokens >= limit) break;
+      if (next_ahead < ahead.size()) {  // chosen already: no model call
+        token = ahead[next_ahead++];
+        in_history = next_ahead < ahead.size();
+        continue;
+      }
+      if (backend_.position() >= backend_.max_context()) break;
       if (observer.cancelled()) {
         stats.finish_reason = "cancelled";
         break;
       }
       int32_t next = 0;
       live_decoded_ = true;
+      // Drafts past the length or context limit would be thrown away.
+      const int64_t room = std::min(limit - stats.generated_tokens, backend_.max_context() - backend_.position()) - 1;
+      if (speculator.depth() > 0 && room > 0) {
+        const int32_t verified = token;
+        ahead.clear();
+        next_ahead = 0;
+        const int32_t after = speculator.step(verified, sampler, static_cast<int>(std::min<int64_t>(room, depth)), ahead);
+        live_.push_back(verified);
+        live_.insert(live_.end(), ahead.begin(), ahead.end());
+        ahead.push_back(after);  // emitted after the accepted drafts; the only one not in the history
+        token = ahead[next_ahead++];
+        in_history = next_ahead < ahead.size();
+        continue;
+      }
       if (device_sampling && backend_.decode_sampled(token, ds, &next)) {
         live_.push_back(token);
         token = next;
@@ -185,7 +216,10 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
         live_.push_back(token);
         token = pick();
       }
+      in_history = false;
     }
+    stats.draft_n = speculator.drafted();
+    stats.draft_n_accepted = speculator.accepted();
     stats.generation_ms = ms_since(t1);
     // The end of the generated turn, where the next request of a tool-call loop continues; only
     // where decoding left exactly what prefilling those tokens would (else the end-of-prompt

@@ -13,6 +13,9 @@
 // sequence: it is a stop token, or it was never decoded), where decode matches prefill. A snapshot
 // is skipped when the cache already holds those tokens. `qwick run` and `qwick chat` run on it too.
 //
+// With a draft head in the backend, generation speculates (runtime/speculation.h): the same tokens
+// greedily, the same distribution sampling; requests asking for log-probabilities decode plainly.
+//
 // Tested in tests/unit/backend_engine_test.cpp on a tiny model: identical tokens with and without
 // reuse, cached token counts, cancellation, log-probabilities against a softmax of the logits.
 #pragma once
@@ -24,12 +27,18 @@
 #include "backend/backend.h"
 #include "runtime/completion.h"
 #include "runtime/prompt_cache.h"
+#include "runtime/speculation.h"
 
 namespace qwick {
 
 struct BackendEngineOptions {
   int64_t prefill_chunk = 512;
   size_t cache_bytes = size_t{4} << 30;  // prompt-cache budget; 0 = keep no snapshots
+  // Speculative decoding: drafts a step at most (runtime/speculation.h), where the backend runs an
+  // MTP head; a job's draft_max overrides it. 0 = off.
+  int draft_max = 0;
+  bool draft_adaptive = true;     // lower the depth per request when drafts stop paying
+  DraftOverride draft_override;  // replaces the head's drafts (the bench's oracle, tests)
 };
 
 class BackendEngine : public CompletionEngine {

@@ -29,6 +29,7 @@ struct CompletionJob {
   bool reuse = true;
   std::vector<int64_t> snapshot_at;  // prompt lengths worth keeping (e.g. the end of the history)
   bool snapshot_end = true;          // keep the state after the generated turn too
+  int draft_max = -1;  // speculative drafts a step at most; < 0: the engine's setting, 0: off
 };
 
 struct TokenLogprob {
@@ -55,6 +56,8 @@ struct CompletionStats {
   int64_t generated_tokens = 0;
   double generation_ms = 0;   // from the end of the prefill to the last token
   std::string finish_reason;  // "stop", "length" or "cancelled"
+  int64_t draft_n = 0;           // speculative drafts verified
+  int64_t draft_n_accepted = 0;  // of which accepted
 };
 
 // Called on the worker thread.

@@ -19,7 +19,7 @@ void Sampler::accept(int32_t token) {
   while (history_.size() > limit) history_.pop_front();
 }
 
-int32_t Sampler::sample(std::span<float> logits) {
+bool Sampler::transform(std::span<float> logits) {
   for (const auto& [id, bias] : params_.logit_bias) logits[static_cast<size_t>(id)] += bias;
 
   const bool penalise = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
@@ -43,15 +43,18 @@ int32_t Sampler::sample(std::span<float> logits) {
       l -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(count);
     }
   }
+  return params_.temperature <= 0.0f;
+}
 
-  if (params_.temperature <= 0.0f) {
-    // Greedy; NaN logits never win, ties go to the lower id.
-    int32_t best = 0;
-    for (size_t i = 1; i < logits.size(); ++i)
-      if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
-    return best;
-  }
+int32_t Sampler::argmax(std::span<const float> logits) {
+  // NaN logits never win, ties go to the lower id.
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+  return best;
+}
 
+size_t Sampler::weigh(std::span<const float> logits) {
   // Candidates sorted by logit (descending), cut by top-k.
   candidates_.clear();
   for (size_t i = 0; i < logits.size(); ++i)
@@ -88,17 +91,50 @@ int32_t Sampler::sample(std::span<float> logits) {
     keep = n;
   }
 
-  // Temperature, then one draw.
+  // Temperature.
+  for (size_t i = 0; i < keep; ++i) p[i] = std::exp(static_cast<double>(candidates_[i].first - top) / params_.temperature);
+  return keep;
+}
+
+int32_t Sampler::sample(std::span<float> logits) {
+  if (transform(logits)) return argmax(logits);
+  const size_t keep = weigh(logits);
   double total = 0;
-  for (size_t i = 0; i < keep; ++i)
-    total += p[i] = std::exp(static_cast<double>(candidates_[i].first - top) / params_.temperature);
+  for (size_t i = 0; i < keep; ++i) total += probs_[i];
   const double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
   double acc = 0;
   for (size_t i = 0; i < keep; ++i) {
-    acc += p[i];
+    acc += probs_[i];
     if (r < acc) return candidates_[i].second;
   }
   return candidates_[keep - 1].second;
 }
+
+void Sampler::distribution(std::span<float> logits, Distribution& out) {
+  out.clear();
+  if (transform(logits)) {
+    out.emplace_back(argmax(logits), 1.0);
+    return;
+  }
+  const size_t keep = weigh(logits);
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += probs_[i];
+  for (size_t i = 0; i < keep; ++i) out.emplace_back(candidates_[i].second, probs_[i] / total);
+}
+
+int32_t Sampler::draw(const Distribution& weights) {
+  double total = 0;
+  for (const auto& [id, w] : weights) total += w;
+  if (weights.empty() || !(total > 0)) fail("sampling: nothing to draw from");
+  const double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
+  double acc = 0;
+  for (const auto& [id, w] : weights) {
+    acc += w;
+    if (r < acc) return id;
+  }
+  return weights.back().first;
+}
+
+double Sampler::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
 
 }  // namespace qwick

@@ -9,6 +9,8 @@ void ServerMetrics::record_completion(const CompletionStats& s) {
   prompt_tokens_ += s.prompt_tokens - s.cached_tokens;
   cached_tokens_ += s.cached_tokens;
   generated_tokens_ += s.generated_tokens;
+  draft_tokens_ += s.draft_n;
+  draft_accepted_ += s.draft_n_accepted;
   prompt_seconds_ += s.prompt_ms / 1000;
   generation_seconds_ += s.generation_ms / 1000;
   ++(s.finish_reason == "cancelled" ? cancelled_ : finished_);
@@ -42,6 +44,8 @@ std::string ServerMetrics::render(const MetricsGauges& g) const {
   metric("llamacpp:prompt_seconds_total", "counter", "Prompt processing time.", prompt_seconds_);
   metric("llamacpp:tokens_predicted_total", "counter", "Generated tokens.", generated_tokens_);
   metric("llamacpp:tokens_predicted_seconds_total", "counter", "Generation time.", generation_seconds_);
+  metric("qwick:draft_tokens_total", "counter", "Speculative drafts verified.", draft_tokens_);
+  metric("qwick:draft_tokens_accepted_total", "counter", "Speculative drafts accepted.", draft_accepted_);
   metric("llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
          prompt_seconds_ > 0 ? static_cast<double>(prompt_tokens_) / prompt_seconds_ : 0.0);
   metric("llamacpp:predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",

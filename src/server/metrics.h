@@ -35,6 +35,7 @@ class ServerMetrics {
                                                           1,    2.5,   5,    10,  30,   60};
   mutable std::mutex mutex_;
   int64_t prompt_tokens_ = 0, cached_tokens_ = 0, generated_tokens_ = 0;
+  int64_t draft_tokens_ = 0, draft_accepted_ = 0;  // speculative decoding
   double prompt_seconds_ = 0, generation_seconds_ = 0;
   int64_t finished_ = 0, cancelled_ = 0, failed_ = 0, rejected_ = 0;
   std::array<int64_t, kTtftBuckets.size()> ttft_counts_{};

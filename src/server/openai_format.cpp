@@ -55,7 +55,9 @@ ojson timings_json(const CompletionStats& s) {
           {"predicted_n", s.generated_tokens},
           {"predicted_ms", s.generation_ms},
           {"predicted_per_token_ms", per_token(s.generation_ms, s.generated_tokens)},
-          {"predicted_per_second", per_second(s.generation_ms, s.generated_tokens)}};
+          {"predicted_per_second", per_second(s.generation_ms, s.generated_tokens)},
+          {"draft_n", s.draft_n},
+          {"draft_n_accepted", s.draft_n_accepted}};
 }
 
 std::vector<ojson> ResponseAccumulator::add(const ResponseEvent& event, const ResponseMeta& meta) {

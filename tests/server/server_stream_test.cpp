@@ -156,6 +156,8 @@ TEST(ServerStream, ReasoningContentAndToolCallDeltasByteForByte) {
   EXPECT_EQ(u["usage"]["total_tokens"],
             u["usage"]["prompt_tokens"].get<int64_t>() + u["usage"]["completion_tokens"].get<int64_t>());
   EXPECT_TRUE(u["timings"].contains("predicted_per_second"));
+  EXPECT_TRUE(u["timings"].contains("draft_n"));
+  EXPECT_TRUE(u["timings"].contains("draft_n_accepted"));
   EXPECT_TRUE(r->body.ends_with("data: [DONE]\n\n"));
 }
 

@@ -45,6 +45,14 @@ std::vector<float> random_floats(size_t n, uint64_t seed, float scale) {
   return v;
 }
 
+std::vector<int32_t> random_tokens(size_t n, int64_t vocab_size, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab_size - 1));
+  std::vector<int32_t> v(n);
+  for (int32_t& t : v) t = dist(rng);
+  return v;
+}
+
 Q8Rows q8_rows(const std::vector<float>& x, int hd) {
   const size_t row = static_cast<size_t>(hd);
   Q8Rows q{std::vector<uint8_t>(x.size()), std::vector<float>(x.size() / row)};

@@ -19,6 +19,7 @@ std::filesystem::path fixture(const std::string& relative);  // under tests/fixt
 std::filesystem::path scratch_dir(const std::string& name);
 
 std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f);
+std::vector<int32_t> random_tokens(size_t n, int64_t vocab_size, uint64_t seed);
 
 // Rows of hd values ([n, hd]) in a q8 KV cache's form (kv_q8.h): a code a value, a scale a row.
 struct Q8Rows {

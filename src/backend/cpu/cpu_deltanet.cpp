@@ -1,4 +1,5 @@
 // Gated DeltaNet on the CPU (model-spec.md §2.5): token-by-token scan with the fp32 state.
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/cpu_layers.h"
@@ -9,7 +10,7 @@
 namespace qwick {
 
 void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetState& state, const float* x, int64_t n,
-                      float* out) {
+                      float* out, DeltaNetState* row_states) {
   const ModelConfig& c = ctx.cfg;
   const int64_t H = c.hidden_size, C = c.conv_channels(), Vt = c.lin_v_total();
   const int64_t Hk = c.lin_n_k_heads, Hv = c.lin_n_v_heads, Dk = c.lin_k_dim, Dv = c.lin_v_dim;
@@ -23,6 +24,16 @@ void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetS
       matmul_problem(w.in_proj_qkv, x, H, n, qkv, C), matmul_problem(w.in_proj_z, x, H, n, z, Vt),
       matmul_problem(w.in_proj_b, x, H, n, b, Hv), matmul_problem(w.in_proj_a, x, H, n, a, Hv)};
   matmul_batch(proj, ctx.pool, ctx.precision);
+
+  // Each row's conv window ends with the last K-1 rows of [window before the step | the step's rows].
+  const int64_t W = c.conv_kernel - 1;
+  if (row_states != nullptr)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = 0; r < W; ++r) {
+        const int64_t j = t + 1 - W + r;  // row of the step (negative: of the window before it)
+        const float* src = j >= 0 ? qkv + j * C : state.conv.data() + (W + j) * C;
+        std::copy_n(src, C, row_states[t].conv.data() + r * C);
+      }
 
   // Causal conv + SiLU over channel blocks.
   float* conv = ctx.arena.floats(static_cast<size_t>(n * C));
@@ -51,7 +62,17 @@ void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetS
     const int64_t h = static_cast<int64_t>(hv), kh = h / (Hv / Hk);
     DeltaNetHeadScan scan{conv + kh * Dk, conv + key_dim + kh * Dk, C, conv + 2 * key_dim + h * Dv, C,
                           decay + h,      beta + h,                 Hv, o + h * Dv,                 Vt};
-    deltanet_scan_head(scan, n, Dk, Dv, state.recurrent.data() + h * Dv * Dk, ctx.ops);
+    float* head_state = state.recurrent.data() + h * Dv * Dk;
+    if (row_states == nullptr) {
+      deltanet_scan_head(scan, n, Dk, Dv, head_state, ctx.ops);
+      return;
+    }
+    for (int64_t t = 0; t < n; ++t) {  // row by row (the same arithmetic), keeping the state after each
+      const DeltaNetHeadScan row{scan.q + t * C,      scan.k + t * C,    C,  scan.v + t * C, C,
+                                 scan.decay + t * Hv, scan.beta + t * Hv, Hv, scan.o + t * Vt, Vt};
+      deltanet_scan_head(row, 1, Dk, Dv, head_state, ctx.ops);
+      std::copy_n(head_state, Dv * Dk, row_states[t].recurrent.data() + h * Dv * Dk);
+    }
   });
 
   // Gated RMSNorm per (row, value head), then the output projection.

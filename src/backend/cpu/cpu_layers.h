@@ -32,8 +32,24 @@ inline MatmulProblem matmul_problem(const WeightMatrix& w, const float* x, size_
 
 void attention_forward(const CpuContext& ctx, const AttentionWeights& w, KvCache& cache, const float* x, int64_t n,
                        int64_t pos0, float* out);
+// `row_states` (optional, n of them): the state after each row is also written there, for a
+// multi-row step whose caller keeps only a prefix of the rows (CpuSequence::row_states).
 void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetState& state, const float* x, int64_t n,
-                      float* out);
+                      float* out, DeltaNetState* row_states = nullptr);
 void moe_forward(const CpuContext& ctx, const MoeWeights& w, const float* x, int64_t n, float* out);
+
+// The sequence state one decoder layer advances: `kv` for an attention layer, `deltanet` (and
+// optionally `row_states`, see deltanet_forward) for a DeltaNet layer.
+struct LayerState {
+  KvCache* kv = nullptr;
+  DeltaNetState* deltanet = nullptr;
+  DeltaNetState* row_states = nullptr;
+};
+
+// One decoder layer over the residual rows hidden [n, hidden] at positions [pos0, pos0 + n), in
+// place: hidden += mixer(norm(hidden)), then hidden += moe(norm(hidden)). `normed` and `branch` are
+// [n, hidden] scratch; the arena is reset.
+void decoder_layer(const CpuContext& ctx, const LayerWeights& w, const LayerState& state, float* hidden, float* normed,
+                   float* branch, int64_t n, int64_t pos0);
 
 }  // namespace qwick

@@ -110,6 +110,25 @@ void CpuSequence::copy_deltanet_from(const std::vector<DeltaNetState>& other) {
   }
 }
 
+void CpuSequence::reserve_row_states(int64_t rows) {
+  row_states.resize(deltanet.size());
+  for (size_t i = 0; i < deltanet.size(); ++i)
+    while (static_cast<int64_t>(row_states[i].size()) < rows) {
+      DeltaNetState s;
+      s.conv.resize(deltanet[i].conv.size());
+      s.recurrent.resize(deltanet[i].recurrent.size());
+      row_states[i].push_back(std::move(s));
+    }
+}
+
+void CpuSequence::keep_row(int64_t row) {
+  for (size_t i = 0; i < deltanet.size(); ++i) {
+    const DeltaNetState& kept = row_states[i][static_cast<size_t>(row)];
+    std::memcpy(deltanet[i].conv.data(), kept.conv.data(), deltanet[i].conv.size() * sizeof(float));
+    std::memcpy(deltanet[i].recurrent.data(), kept.recurrent.data(), deltanet[i].recurrent.size() * sizeof(float));
+  }
+}
+
 void CpuSequence::clear() {
   position = 0;  // stale KV rows are overwritten before they are read
   for (auto& s : deltanet) {

@@ -52,11 +52,18 @@ struct CpuSequence {
   CpuSequence(const ModelConfig& cfg, KvDtype kv_dtype);
   void clear();  // back to an empty sequence
   void copy_deltanet_from(const std::vector<DeltaNetState>& other);
+  // Makes room in row_states for a step of `rows` rows.
+  void reserve_row_states(int64_t rows);
+  // Makes the state after row `row` of the last step the live DeltaNet state.
+  void keep_row(int64_t row);
 
   int64_t position = 0;
   std::vector<int> slot;  // per layer: index into kv or deltanet
   std::vector<KvCache> kv;
   std::vector<DeltaNetState> deltanet;
+  // Per DeltaNet layer, the state after each row of the last multi-row step (Backend::step), so
+  // that the step can be committed up to any of its rows.
+  std::vector<std::vector<DeltaNetState>> row_states;
 };
 
 }  // namespace qwick

@@ -75,6 +75,24 @@ void matmul(const MatmulProblem& p, ThreadPool& pool, MatmulPrecision precision)
 }
 
 void matmul_batch(std::span<const MatmulProblem> problems, ThreadPool& pool, MatmulPrecision precision) {
+  // A multi-row decode step (speculation's verify) computes each row as a single-row decode would:
+  // its products against 4-bit weights run row by row on the int8 path.
+  if (precision == MatmulPrecision::kFastDecode) {
+    bool split = false;
+    for (const auto& p : problems) split |= p.n > 1 && q8_supported(*p.w);
+    if (split) {
+      std::vector<MatmulProblem> rows;
+      for (const auto& p : problems) {
+        if (p.n <= 1 || !q8_supported(*p.w)) {
+          rows.push_back(p);
+          continue;
+        }
+        for (size_t r = 0; r < p.n; ++r) rows.push_back(MatmulProblem{p.w, p.x + r * p.ldx, p.ldx, 1, p.y + r * p.ldy, p.ldy});
+      }
+      matmul_batch(rows, pool, precision);
+      return;
+    }
+  }
   const SimdLevel level = active_simd_level();
   const MatmulRowsFn kernel = matmul_kernel(level);
   const Q8RowsFn q8_kernel = matmul_q8_kernel(level);
