@@ -14,5 +14,6 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
 int cmd_template(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_schema_bench(int argc, char** argv);
 
 }  // namespace qwick

@@ -23,6 +23,8 @@ constexpr Command kCommands[] = {
     {"info", "summarise a model directory: config, layers, tensors, quantization", qwick::cmd_info},
     {"make-model", "write a random-weight checkpoint (tiny, small or the full 35B-A3B shapes)", qwick::cmd_make_model},
     {"bench", "prefill and decode throughput over lengths, GB/s and TFLOP/s, pp/tg table", qwick::cmd_bench},
+    {"schema-bench", "compile a folder of JSON schemas: coverage per split, compile and token-mask times",
+     qwick::cmd_schema_bench},
     {"tokenize", "text on stdin -> token ids (JSON) with the model's tokenizer", qwick::cmd_tokenize},
     {"detokenize", "token ids on stdin -> text", qwick::cmd_detokenize},
     {"template", "conversation (JSON) on stdin -> the exact prompt text of the chat template",

@@ -138,17 +138,20 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
     }
     stats.prompt_ms = ms_since(t0);
 
-    // Generate. Without penalties, biases or log-probabilities the backend may choose tokens
-    // itself (the CUDA backend does it inside the decode step).
+    // Generate. Without penalties, biases, log-probabilities or a constraint the backend may
+    // choose tokens itself (the CUDA backend does it inside the decode step); a constraint's mask
+    // is applied to the logits here, on the host.
     const auto t1 = Clock::now();
     const SamplingParams& sp = job.sampling;
+    TokenConstraint* constraint = job.constraint.get();
     const bool want_logprobs = job.top_logprobs >= 0;
-    const bool device_sampling = !want_logprobs && sp.repetition_penalty == 1.0f &&
+    const bool device_sampling = !want_logprobs && !constraint && sp.repetition_penalty == 1.0f &&
                                  sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f &&
                                  sp.logit_bias.empty();
     const DeviceSampling ds{sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.seed};
     GeneratedToken generated;
     auto pick = [&] {
+      if (constraint) constraint->apply(logits_);
       if (!want_logprobs) return sampler.sample(logits_);
       logits_copy_ = logits_;  // the sampler biases and penalises in place
       const int32_t t = sampler.sample(logits_);
@@ -156,9 +159,10 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
       return t;
     };
     const int64_t limit = job.max_tokens < 0 ? std::numeric_limits<int64_t>::max() : job.max_tokens;
-    // Speculation needs the head, and leaves out log-probabilities (the verify pass ranks no tokens).
+    // Speculation needs the head, and leaves out log-probabilities (the verify pass ranks no tokens)
+    // and constrained output (its drafts are not masked yet).
     int depth = job.draft_max >= 0 ? job.draft_max : options_.draft_max;
-    if (!backend_.has_draft_head() || want_logprobs) depth = 0;
+    if (!backend_.has_draft_head() || want_logprobs || constraint) depth = 0;
     depth = std::min(depth, std::max(0, backend_.max_step_rows() - 1));
     Speculator speculator(backend_, vocab_, depth, options_.draft_adaptive, options_.draft_override);
     // What the last speculative step chose beyond `token`: the accepted drafts (in the sequence and
@@ -174,11 +178,16 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
         break;
       }
       if (!in_history) sampler.accept(token);
+      if (constraint) constraint->accept(token);
       ++stats.generated_tokens;
       generated.id = token;
       const TokenAction action = observer.on_token(generated);
       if (action != TokenAction::kContinue) {
         stats.finish_reason = action == TokenAction::kStop ? "stop" : "cancelled";
+        break;
+      }
+      if (constraint && constraint->complete()) {
+        stats.finish_reason = "stop";
         break;
       }
       if (stats.generated_tokens >= limit) break;

@@ -12,9 +12,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "constrain/token_constraint.h"
 #include "runtime/sampler.h"
 
 namespace qwick {
@@ -30,6 +32,9 @@ struct CompletionJob {
   std::vector<int64_t> snapshot_at;  // prompt lengths worth keeping (e.g. the end of the history)
   bool snapshot_end = true;          // keep the state after the generated turn too
   int draft_max = -1;  // speculative drafts a step at most; < 0: the engine's setting, 0: off
+  // The grammar the output must follow (null: free). Its mask is applied before sampling, so
+  // tokens are then chosen on the host; generation ends where the grammar is complete.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 struct TokenLogprob {

@@ -42,7 +42,12 @@ struct CompletionEndpoint::Pending {
 
 CompletionEndpoint::CompletionEndpoint(const ServedModel& model, RequestQueue& queue, ServerMetrics& metrics,
                                        const ServerOptions& options, std::atomic<int>& open_responses)
-    : model_(model), queue_(queue), metrics_(metrics), options_(options), open_responses_(open_responses) {}
+    : model_(model),
+      queue_(queue),
+      metrics_(metrics),
+      options_(options),
+      open_responses_(open_responses),
+      constraints_(*model.tokenizer, model.engine->vocab_size()) {}
 
 void CompletionEndpoint::handle(const httplib::Request& req, httplib::Response& res, bool chat) {
   const ojson body = parse_body(req.body);
@@ -84,6 +89,13 @@ void CompletionEndpoint::handle(const httplib::Request& req, httplib::Response& 
   job.stop_ids = model_.stop_ids;
   job.top_logprobs = r.logprobs ? r.top_logprobs : -1;
   job.reuse = r.cache_prompt;
+  if (r.constraint) {
+    // After a reasoning block the prompt opened, the constraint starts at its end: thinking is free.
+    int32_t start_after = -1;
+    if (chat && ro.parser.starts_in_reasoning)
+      start_after = tokenizer.added_token_id("</think>").value_or(-1);
+    job.constraint = constraints_.make(*r.constraint, job.stop_ids, start_after);
+  }
 
   auto p = std::make_shared<Pending>(tokenizer);
   p->task = std::make_shared<ResponseTask>(tokenizer, std::move(ro), metrics_);

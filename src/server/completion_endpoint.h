@@ -14,6 +14,7 @@
 
 #include "runtime/request_queue.h"
 #include "server/api_server.h"
+#include "server/constraint_request.h"
 #include "server/metrics.h"
 #include "server/response_task.h"
 
@@ -43,6 +44,7 @@ class CompletionEndpoint {
   ServerMetrics& metrics_;
   const ServerOptions& options_;
   std::atomic<int>& open_responses_;
+  ConstraintCompiler constraints_;
 };
 
 }  // namespace qwick

@@ -114,15 +114,6 @@ std::optional<std::string> get_string(const ojson& body, const std::string& name
 void refuse_unsupported(const ojson& body) {
   if (const auto n = get_integer(body, "n", 1, 128); n && *n != 1)
     unsupported("n", "n must be 1: this server generates one choice per request");
-  if (const ojson* f = field(body, "response_format")) {
-    if (!f->is_object()) wrong_type("response_format", "an object", *f);
-    const auto type = get_string(*f, "type");
-    if (type && *type != "text")
-      unsupported("response_format",
-                  "response_format \"" + *type +
-                      "\" is not supported: it needs grammar-constrained sampling, which this "
-                      "server does not have");
-  }
   if (field(body, "functions") != nullptr || field(body, "function_call") != nullptr)
     unsupported(field(body, "functions") ? "functions" : "function_call",
                 "the legacy functions / function_call fields are not supported; use tools and tool_choice");
@@ -335,12 +326,13 @@ ojson read_tools(const ojson& body) {
   if (const ojson* choice = field(body, "tool_choice")) {
     if (choice->is_object())
       unsupported("tool_choice",
-                  "a named tool_choice is not supported (it needs constrained decoding); use \"auto\"");
+                  "a named tool_choice is not supported (tool calls are not constrained yet); use \"auto\"");
     if (!choice->is_string()) wrong_type("tool_choice", "a string", *choice);
     const std::string c = choice->get<std::string>();
     if (c == "required")
-      unsupported("tool_choice",
-                  "tool_choice \"required\" is not supported (it needs constrained decoding); use \"auto\"");
+      unsupported(
+          "tool_choice",
+          "tool_choice \"required\" is not supported (tool calls are not constrained yet); use \"auto\"");
     if (c == "none") return nullptr;
     if (c != "auto")
       throw invalid_request("tool_choice must be \"auto\" or \"none\", got \"" + c + "\"", "tool_choice");
@@ -410,6 +402,7 @@ CompletionRequest parse_chat_request(const ojson& body, const RequestDefaults& d
                             "reasoning_format");
   }
   read_sampling(body, d, r);
+  r.constraint = read_constraint(body);
   r.logprobs = get_bool(body, "logprobs").value_or(false);
   if (const auto top = get_integer(body, "top_logprobs", 0, 20)) {
     if (!r.logprobs) throw invalid_request("top_logprobs needs logprobs: true", "top_logprobs");
@@ -451,6 +444,7 @@ CompletionRequest parse_completion_request(const ojson& body, const RequestDefau
     wrong_type("prompt", "a string, an array of token ids, or an array holding one of those", *prompt);
   }
   read_sampling(body, d, r);
+  r.constraint = read_constraint(body);
   if (const ojson* lp = field(body, "logprobs")) {
     if (lp->is_boolean()) {
       r.logprobs = lp->get<bool>();

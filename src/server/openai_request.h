@@ -3,9 +3,10 @@
 //
 // Accepted: the OpenAI fields and the llama-server / vLLM extensions users send (top_k, min_p,
 // repetition_penalty / repeat_penalty, repeat_last_n, n_predict, chat_template_kwargs,
-// reasoning_format, cache_prompt; `reasoning` on incoming assistant messages). A field the server
-// cannot honour (n > 1, images, response_format json_object / json_schema, tool_choice required or
-// named, legacy functions, audio, echo, suffix, best_of) is an ApiError 400 that says so, never
+// reasoning_format, cache_prompt; `reasoning` on incoming assistant messages), and the output
+// constraints of server/constraint_request.h (response_format, json_schema, grammar). A field the
+// server cannot honour (n > 1, images, tool_choice required or named, legacy functions, audio,
+// echo, suffix, best_of) is an ApiError 400 that says so, never
 // silently ignored. Null counts as absent. Request fields win over the server's defaults, which
 // come from its command line, else the model's generation_config.json.
 //
@@ -16,10 +17,12 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "runtime/sampler.h"
+#include "server/constraint_request.h"
 #include "text/chat_template.h"
 
 namespace qwick {
@@ -60,6 +63,7 @@ struct CompletionRequest {
   bool logprobs = false;
   int top_logprobs = 0;
   bool cache_prompt = true;
+  std::optional<RequestedConstraint> constraint;
 };
 
 CompletionRequest parse_chat_request(const nlohmann::ordered_json& body, const RequestDefaults& defaults);

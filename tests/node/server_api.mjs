@@ -232,9 +232,9 @@ await t.section("errors", async () => {
   await err({ ...greedy, messages: user("x"), n: 2 }, 400, "n");
   await err({ ...greedy, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "data:," } }] }] }, 400,
             "messages[0].content[0].type");
-  await err({ ...greedy, messages: user("x"), response_format: { type: "json_schema", json_schema: { name: "a", schema: {} } } },
+  await err({ ...greedy, messages: user("x"), response_format: { type: "json_schema", json_schema: { name: "a", schema: { not: {} } } } },
             400, "response_format");
-  await err({ ...greedy, messages: user("x"), response_format: { type: "json_object" } }, 400, "response_format");
+  await err({ ...greedy, messages: user("x"), response_format: { type: "xml" } }, 400, "response_format");
   const tools = [{ type: "function", function: { name: "f", parameters: { type: "object", properties: {} } } }];
   await err({ ...greedy, messages: user("x"), tools, tool_choice: "required" }, 400, "tool_choice");
   await err({ ...greedy, messages: user("x"), tools, tool_choice: { type: "function", function: { name: "f" } } }, 400, "tool_choice");
