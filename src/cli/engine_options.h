@@ -19,7 +19,6 @@ struct EngineOptions {
   std::string device;  // empty: default_device()
   bool exact = false;
   std::string cuda_off;  // BackendOptions::cuda_off
-  bool cuda_int8 = false;
 
   void add_to(ArgParser& parser);
   BackendOptions backend_options() const;

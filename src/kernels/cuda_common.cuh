@@ -7,8 +7,6 @@
 
 #include <cstdint>
 
-#include "kernels/block_trace.cuh"
-
 namespace qwick::cuda {
 
 constexpr unsigned kFullMask = 0xffffffffu;
@@ -90,7 +88,6 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 // kernel launched without it.
 __device__ __forceinline__ void wait_for_previous_kernel() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  block_trace_waited();
 }
 __device__ __forceinline__ void let_next_kernel_start() {
   asm volatile("griddepcontrol.launch_dependents;");

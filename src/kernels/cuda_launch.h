@@ -8,10 +8,6 @@
 #include <cstdint>
 #include <utility>
 
-#ifdef QWICK_BLOCK_TRACE
-#include "kernels/block_trace.h"
-#endif
-
 namespace qwick::cuda {
 
 // Throws Error("<what>: <CUDA error string>") unless `status` is cudaSuccess.
@@ -47,9 +43,6 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (status != cudaSuccess)
     fail_launch(status, name, reinterpret_cast<const void*>(kernel), grid, block, smem);
-#ifdef QWICK_BLOCK_TRACE
-  block_trace::note_launch(name, grid, block);
-#endif
 }
 
 // Multiprocessors of the current device (asked once per process: the engine uses one device).

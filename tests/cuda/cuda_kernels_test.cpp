@@ -16,7 +16,6 @@
 #include <tuple>
 
 #include "backend/cuda/cuda_weights.h"
-#include "core/aligned_buffer.h"
 #include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "cuda_test_util.h"
@@ -29,7 +28,6 @@
 #include "kernels/deltanet/deltanet_cuda.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/matmul/matmul_parallel.h"
-#include "kernels/matmul/matmul_q8.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/router.h"
 #include "kernels/norm/norm_cuda.h"
@@ -104,7 +102,7 @@ double dot_err(const std::vector<float>& y, const std::vector<float>& ref, const
 // With 4-bit weights, gemv again with int16 activations (GemvArgs::i16): near `ref`, and not bit-equal to
 // the f32 result `f32`, so the int16 path ran. The bound is int16's rounding, each value within about
 // 1/65534 of its chunk's largest: by estimate ~1e-5 of the terms' size for a row of 64 heavy-tailed
-// (normed) inputs, a few times that for an unlucky single row; int8's 1/254 would give ~3e-3.
+// (normed) inputs, a few times that for an unlucky single row.
 void expect_i16_matches(cuda::GemvArgs a, DeviceArray<float>& dy, const std::vector<float>& f32,
                         const std::vector<float>& ref, const WeightMatrix& w, const std::vector<float>& x) {
   if (a.format != WeightFormat::kAffine4) return;
@@ -171,17 +169,6 @@ TEST(Gemv, MatchesCpuOverFormatsAndShapes) {
     const auto f32 = dy.download();
     EXPECT_LT(dot_err(f32, ref, h.w, x), 2e-5);
     expect_i16_matches(a, dy, f32, ref, h.w, x);
-    if (cuda::gemv_q8_fits(up.m)) {  // int8 activations: the CPU's q8 reference, same integers
-      AlignedBuffer<float> storage(q8_activation_floats(c.cols));
-      const Q8Activation act = quantize_activation_q8(x.data(), c.cols, storage.data());
-      std::vector<float> ref_q8(static_cast<size_t>(c.rows));
-      matmul_q8_rows_reference(h.w, act, ref_q8.data(), 0, c.rows);
-      a.q8 = true;
-      dy.poison();
-      cuda::gemv(a, nullptr);
-      EXPECT_LT(dot_err(dy.download(), ref_q8, h.w, x), 2e-5) << "q8";
-      a.q8 = false;
-    }
     // accumulate: y += W·x on top of what is there.
     const auto base = randn(static_cast<size_t>(c.rows), rng);
     dy.upload(base);
@@ -382,25 +369,24 @@ double median_us(Fn&& fn, int reps = 7) {
   return 1e3 * times[times.size() / 2];
 }
 
-// Every GEMM kernel and tile shape: (kernel, slots per tile).
+// Every GEMM kernel and tile shape: the simple kernel, or gemm() (the wgmma kernel wherever its parts
+// are multiples of 128 rows), and the slots per tile.
 struct GemmVariant {
-  cuda::GemmKernel kernel;
+  void (*run)(const cuda::GemmArgs&, cudaStream_t);
+  bool wgmma;
   int tile_rows;
   const char* name;
 };
-constexpr GemmVariant kGemmVariants[] = {{cuda::GemmKernel::kSimple, 64, "simple 64x64"},
-                                         {cuda::GemmKernel::kPipelined, 64, "pipelined 64x128"},
-                                         {cuda::GemmKernel::kPipelined, 128, "pipelined 128x128"},
-                                         {cuda::GemmKernel::kWgmma, 64, "wgmma 64x128"},
-                                         {cuda::GemmKernel::kWgmma, 128, "wgmma 128x128"},
-                                         {cuda::GemmKernel::kWgmma, 144, "wgmma 144x128"},
-                                         {cuda::GemmKernel::kWgmma, 256, "wgmma 256x128"}};
+constexpr GemmVariant kGemmVariants[] = {{cuda::gemm_simple, false, 64, "simple 64x64"},
+                                         {cuda::gemm, true, 64, "wgmma 64x128"},
+                                         {cuda::gemm, true, 128, "wgmma 128x128"},
+                                         {cuda::gemm, true, 144, "wgmma 144x128"},
+                                         {cuda::gemm, true, 256, "wgmma 256x128"}};
 
-// The three GEMM kernels, the two 128-output ones with 64- and 128-slot tiles, the wgmma one also
-// with 144 and 256 (whose last tile of 300 rows takes its 64-wide product, of 65 rows its 128-wide
-// one; 300 rows are two full 144-wide products and a 64-wide one). Beyond
-// the shared cases: an odd number of groups per row (the group words then start at odd elements on every
-// other row) and groups of 96 (a 64-wide slice then spans two groups at either parity).
+// Both GEMM kernels, the wgmma one with 64-, 128-, 144- and 256-slot tiles (whose last tile of 300 rows takes
+// its 64-wide product, of 65 rows its 128-wide one; 300 rows are two full 144-wide products and a 64-wide
+// one). Beyond the shared cases: an odd number of groups per row (the group words then start at odd elements
+// on every other row) and groups of 96 (a 64-wide slice then spans two groups at either parity).
 TEST(Gemm, MatchesCpuOverFormatsShapesAndRowCounts) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
@@ -422,10 +408,9 @@ TEST(Gemm, MatchesCpuOverFormatsShapesAndRowCounts) {
         {
           SCOPED_TRACE(describe(c) + fmt::format(", {} rows, {}", n, v.name));
           cuda::GemmArgs a = cuda::gemm_args(up.m, dx.data(), c.cols, n, dy.data(), c.rows);
-          a.kernel = v.kernel;
           a.tile_rows = v.tile_rows;
           dy.upload(std::vector<float>(static_cast<size_t>(n * c.rows), NAN));
-          cuda::gemm(a, nullptr);
+          v.run(a, nullptr);
           // Only W's rounding to bf16 separates the two (x is bf16 on both sides): at most 2^-9 of
           // each term, so of the terms' sum in every output.
           constexpr double kBound = 2.5e-3;
@@ -433,7 +418,7 @@ TEST(Gemm, MatchesCpuOverFormatsShapesAndRowCounts) {
           // accumulate: y += W·x on top of what is there.
           dy.upload(base);
           a.accumulate = true;
-          cuda::gemm(a, nullptr);
+          v.run(a, nullptr);
           std::vector<float> want(base);
           for (size_t i = 0; i < want.size(); ++i) want[i] += ref[i];
           EXPECT_LT(term_err(dy.download(), want, terms), kBound);
@@ -595,29 +580,6 @@ TEST(Gemm, TmaMatchesCpu) {
   DeviceArray<float> dy(static_cast<size_t>(n * 1000));
   cuda::gemm(cuda::gemm_args(up.m, dx.data(), 512, n, dy.data(), 1000), nullptr);
   EXPECT_LT(term_err(dy.download(), ref, terms), 2.5e-3);
-}
-
-// The prefill router's f32 GEMM: f32 activations and exact weights, so the GEMV's bound.
-TEST(GemmF32, MatchesCpuAtTheGemvBound) {
-  QWICK_REQUIRE_GPU();
-  std::mt19937_64 rng(fresh_seed());
-  for (const MatrixCase& c :
-       {MatrixCase{WeightFormat::kAffine8, 256, 2048}, MatrixCase{WeightFormat::kAffine8, 1, 2048},
-        MatrixCase{WeightFormat::kAffine4, 100, 640, 128}, MatrixCase{WeightFormat::kAffine8, 33, 192},
-        MatrixCase{WeightFormat::kBF16, 77, 320}}) {
-    for (int64_t n : {1, 65, 300}) {
-      // One output alone can be near zero by chance, its relative error then far above rounding.
-      if (n * c.rows == 1) continue;
-      SCOPED_TRACE(describe(c) + fmt::format(", {} rows", n));
-      HostMatrix h = random_matrix(c.format, c.rows, c.cols, c.group, rng);
-      auto up = cuda::upload_matrix(h.w, nullptr);
-      const auto x = randn(static_cast<size_t>(n * c.cols), rng);
-      const auto ref = cpu_matmul(h.w, x, n);
-      DeviceArray<float> dx(x), dy(std::vector<float>(static_cast<size_t>(n * c.rows), NAN));
-      cuda::gemm_f32(up.m, dx.data(), n, dy.data(), nullptr);
-      EXPECT_LT(rel_err(dy.download(), ref), 2e-5);
-    }
-  }
 }
 
 // The device arrays of a grouping of n·k pairs; the counts start at zero, as the grouping needs.
@@ -828,20 +790,19 @@ TEST(Moe, GroupingGroupedGemmAndCombine) {
       for (const GemmVariant& v : kGemmVariants) {
         // The wgmma kernel also runs SwiGLU in its epilogue (GemmArgs::act).
         for (bool fused : {false, true}) {
-          if (v.tile_rows != tile_rows || (fused && v.kernel != cuda::GemmKernel::kWgmma)) continue;
+          if (v.tile_rows != tile_rows || (fused && !v.wgmma)) continue;
           SCOPED_TRACE(fmt::format("{}{}", v.name, fused ? ", SwiGLU in the epilogue" : ""));
           // gate|up grouped GEMM, SwiGLU, down grouped GEMM, combine.
           DeviceArray<uint16_t> dx(to_bf16(x)), act(static_cast<size_t>(pairs * I));
           DeviceArray<float> gu(static_cast<size_t>(pairs * 2 * I)), down(static_cast<size_t>(pairs * H));
           auto [a, b] = expert_gemms(table_dev.data(), g, max_tiles, H, I, dx.data(), gu.data(), act.data(),
                                      down.data());
-          a.kernel = b.kernel = v.kernel;
           if (fused) {
             a.act = act.data();
             a.ld_act = I;
-            cuda::gemm(a, nullptr);
+            v.run(a, nullptr);
           } else {
-            cuda::gemm(a, nullptr);
+            v.run(a, nullptr);
             cuda::swiglu(gu.data(), gu.data() + I, 2 * I, pairs, I, act.data(), I, true, nullptr);
           }
           // The down projection's rows in f32, or in bf16 (GemmArgs::y16) as the combine then reads them.
@@ -849,7 +810,7 @@ TEST(Moe, GroupingGroupedGemmAndCombine) {
             SCOPED_TRACE(bf16_down ? "bf16 down rows" : "f32 down rows");
             uint16_t* const down16 = bf16_down ? reinterpret_cast<uint16_t*>(down.data()) : nullptr;
             if (down16) b.y = nullptr, b.y16 = down16;
-            cuda::gemm(b, nullptr);
+            v.run(b, nullptr);
             const auto shared = randn(static_cast<size_t>(n * H), rng);
             const auto shared_logit = randn(static_cast<size_t>(n), rng);
             const auto hidden0 = randn(static_cast<size_t>(n * H), rng);
@@ -919,20 +880,16 @@ TEST(Gemm, Timing) {
   const auto x = to_bf16(randn(static_cast<size_t>(n * 8192), rng));
   DeviceArray<uint16_t> dx(x);
   DeviceArray<float> dy(static_cast<size_t>(n * k * H));
-  fmt::print("{:<32} {:>10} {:>10} {:>10}   (us per call, TFLOP/s)\n", "shape", "simple", "pipelined",
-             "wgmma");
+  fmt::print("{:<32} {:>10} {:>10}   (us per call, TFLOP/s)\n", "shape", "simple", "wgmma");
   auto report = [&](const std::string& what, double flop, cuda::GemmArgs a) {
     fmt::print("{:<32}", what);
-    for (auto kernel : {cuda::GemmKernel::kSimple, cuda::GemmKernel::kPipelined, cuda::GemmKernel::kWgmma}) {
-      // The simple kernel takes tile lists of 64 rows, the pipelined one up to 128.
-      if (a.tiles && a.tile_rows > (kernel == cuda::GemmKernel::kSimple      ? 64
-                                    : kernel == cuda::GemmKernel::kPipelined ? 128
-                                                                             : 256)) {
+    for (const bool wgmma : {false, true}) {
+      // The simple kernel takes tile lists of 64 rows.
+      if (!wgmma && a.tiles && a.tile_rows > 64) {
         fmt::print(" {:>10}", "-");
         continue;
       }
-      a.kernel = kernel;
-      const double us = median_us([&] { cuda::gemm(a, nullptr); });
+      const double us = median_us([&] { wgmma ? cuda::gemm(a, nullptr) : cuda::gemm_simple(a, nullptr); });
       fmt::print(" {:>6.0f} {:>3.0f}", us, flop / us * 1e-6);
     }
     fmt::print("\n");
@@ -954,7 +911,7 @@ TEST(Gemm, Timing) {
     const DeviceMatrix m16 = bf16_rows(copy, rows, cols);
     const cuda::GemmArgs a16 = cuda::gemm_args(m16, dx.data(), cols, n, dy.data(), rows);
     const double us = median_us([&] { cuda::gemm_tma(a16, nullptr); });
-    fmt::print("{:<32} {:>10} {:>10} {:>6.0f} {:>3.0f}\n", "  bf16 copy, gemm_tma", "", "", us,
+    fmt::print("{:<32} {:>10} {:>6.0f} {:>3.0f}\n", "  bf16 copy, gemm_tma", "", us,
                2.0 * n * rows * cols / us * 1e-6);
   }
   {  // the router's bf16 rows with the shared gate's (cuda_weights.h: route16), 64-slot tiles by default
@@ -1003,17 +960,15 @@ TEST(Gemm, Timing) {
     cuda::GemmArgs fused = gate_up;  // SwiGLU in the epilogue: the wgmma kernel only
     fused.act = act.data();
     fused.ld_act = I;
-    fused.kernel = cuda::GemmKernel::kWgmma;
     const double us = median_us([&] { cuda::gemm(fused, nullptr); });
-    fmt::print("{:<32} {:>10} {:>10} {:>6.0f} {:>3.0f}\n",
-               fmt::format("  + SwiGLU epilogue, {}-row", tile_rows), "-", "-", us,
-               2.0 * pairs * 2 * I * H / us * 1e-6);
+    fmt::print("{:<32} {:>10} {:>6.0f} {:>3.0f}\n", fmt::format("  + SwiGLU epilogue, {}-row", tile_rows),
+               "-", us, 2.0 * pairs * 2 * I * H / us * 1e-6);
     report(fmt::format("experts down, {}-row tiles", tile_rows), 2.0 * pairs * H * I, down);
   }
 }
 
 // The decode MoE's three fused kernels (norm, router + routing, gate|up + SwiGLU, down + weighted
-// combine + residual) against the CPU chain, over expert formats, with f32 and (4-bit) int8
+// combine + residual) against the CPU chain, over expert formats, with f32 and (4-bit) int16
 // activations; each twice (the second time as programmatic dependent launches) so the router's block
 // counter is seen to reset. Each run is made again with gate|up and down in one launch
 // (MoeDecodeArgs::sync): the same bits, and its counter and routing words carried from one call to the
@@ -1046,11 +1001,9 @@ TEST(Moe, DecodeMatchesCpu) {
     DeviceArray<int32_t> ids(static_cast<size_t>(k)), counter(std::vector<int32_t>{0});
     DeviceArray<unsigned long long> sync(std::vector<unsigned long long>(cuda::kMoeSyncWords, 0));
     unsigned long long one_pass_calls = 0;
-    for (int round = 0; round < 6; ++round) {
-      // rounds 2, 3: int8 activations; 4, 5: int16 (4-bit experts only)
-      const bool q8 = (round == 2 || round == 3) && format == WeightFormat::kAffine4,
-                 i16 = round >= 4 && format == WeightFormat::kAffine4;
-      if (round >= 2 && !q8 && !i16) break;
+    for (int round = 0; round < 4; ++round) {
+      const bool i16 = round >= 2 && format == WeightFormat::kAffine4;  // rounds 2, 3 (4-bit experts only)
+      if (round >= 2 && !i16) break;
       SCOPED_TRACE(round);
       const auto x = randn(static_cast<size_t>(H), rng, 2.0f), w = randn(static_cast<size_t>(H), rng);
       DeviceArray<float> dx(x), dw(w);
@@ -1072,7 +1025,6 @@ TEST(Moe, DecodeMatchesCpu) {
       a.counter = counter.data();
       a.act = act.data();
       a.overlap = round % 2 == 1;
-      a.q8 = q8;
       a.i16 = i16;
       cuda::moe_decode(a, nullptr);
 
@@ -1101,10 +1053,8 @@ TEST(Moe, DecodeMatchesCpu) {
       const auto got = dx.download();
       std::vector<float> d_got(x.size()), d_want(x.size());
       for (size_t i = 0; i < x.size(); ++i) d_got[i] = got[i] - x[i], d_want[i] = want[i] - x[i];
-      // int8 activations: measured 2.6e-2 and 3.5e-2 on the H200. Two products in a row are quantized,
-      // the second on silu(gate)·up, whose heavy tails set coarse per-64 scales.
-      // int16: two quantized products as well, each value within 1/65534 of its chunk's largest.
-      const double bound = q8 ? 6e-2 : i16 ? 1e-3 : 1e-4;
+      // int16: two quantized products in a row, each value within 1/65534 of its chunk's largest.
+      const double bound = i16 ? 1e-3 : 1e-4;
       if (i16) std::printf("moe decode, int16 activations: rel_err %.3g\n", rel_err(d_got, d_want));
       EXPECT_LT(rel_err(d_got, d_want), bound);
       DeviceArray<float> dx_one_pass(x);
@@ -1121,8 +1071,8 @@ TEST(Moe, DecodeMatchesCpu) {
         const auto one = dx_one_pass.download();
         std::vector<float> d_one(x.size());
         for (size_t i = 0; i < x.size(); ++i) d_one[i] = one[i] - x[i];
-        // (int8 and int16: such a last bit may move a code)
-        EXPECT_LT(rel_err(d_one, d_got), q8 ? 1e-2 : i16 ? 1e-4 : 1e-5);
+        // (int16: such a last bit may move a code)
+        EXPECT_LT(rel_err(d_one, d_got), i16 ? 1e-4 : 1e-5);
         EXPECT_LT(rel_err(d_one, d_want), bound);
       }
       // Every one-pass block counted itself once a call (the one-pass launch ran), and so did every
@@ -1200,12 +1150,12 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
   struct Shape {
     int Hk, Hv, Dk, Dv;
   };
-  for (auto [row_parallel, bf16_in] :
-       {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}})
+  // fused: q and k normalised in the conv, and a decode step as one launch; otherwise the norms in the
+  // prepare kernel and a decode step as conv, prepare and scan (the reference decode chain).
+  for (auto [fused, bf16_in] : {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}})
     for (const Shape s : {Shape{16, 32, 128, 128}, Shape{2, 4, 32, 32}, Shape{4, 8, 64, 64}}) {
       SCOPED_TRACE(fmt::format("Hk {} Hv {} Dk {} Dv {}, {}{}", s.Hk, s.Hv, s.Dk, s.Dv,
-                               row_parallel ? "row-parallel conv" : "conv by channel",
-                               bf16_in ? ", bf16 inputs" : ""));
+                               fused ? "fused" : "reference chain", bf16_in ? ", bf16 inputs" : ""));
       const int K = 4;
       const int64_t key_dim = int64_t{s.Hk} * s.Dk, C = 2 * key_dim + int64_t{s.Hv} * s.Dv,
                     Vt = int64_t{s.Hv} * s.Dv;
@@ -1275,12 +1225,11 @@ TEST(DeltaNet, ChunkedPipelineMatchesCpu) {
                                  rec_before = ping_pong ? d_rec.download() : std::vector<float>{};
         if (ping_pong) conv_args.state_out = d_conv_next.data();
         float* const rec_out = ping_pong ? d_rec_next.data() : d_rec.data();
-        conv_args.row_parallel = row_parallel;
-        if (row_parallel && n > 1) {  // the row-parallel conv also does the norms
+        if (fused && n > 1) {  // the conv also does the norms
           conv_args.norm_heads = s.Hk;
           conv_args.norm_dim = s.Dk;
         }
-        if (n == 1 && row_parallel && !bf16_in) {  // a decode step: conv, prepare and scan fused
+        if (n == 1 && fused && !bf16_in) {  // a decode step: conv, prepare and scan fused
           cuda::DeltaNetDecodeStepArgs step{conv_args,   s.Hk,         s.Dk,       s.Hv,
                                             s.Dv,        d_b.data(),   d_a.data(), d_a_neg.data(),
                                             d_dt.data(), d_rec.data(), rec_out,    d_o.data()};
@@ -1631,26 +1580,22 @@ TEST(Attention, DecodeMatchesAttend) {
         DeviceArray<uint16_t> kc(cache.k), vc(cache.v);
         DeviceArray<uint8_t> kq(q8.k.codes), vq(q8.v.codes);
         DeviceArray<float> ks(q8.k.scales), vs(q8.v.scales);
-        for (const bool tensor_cores : {true, false})
-          for (const int splits : {1, 7, 66}) {
-            SCOPED_TRACE(fmt::format("{}/{} heads x {}, context {}, {} splits, {}, {} cache", s.nq, s.nkv,
-                                     s.hd, len, splits, tensor_cores ? "tensor cores" : "CUDA cores",
-                                     kv_q8 ? "q8" : "bf16"));
-            DeviceArray<float> dq(q), dgate(gate), partial(static_cast<size_t>(s.nq * splits * (s.hd + 2))),
-                out(ref.size());
-            DeviceArray<int32_t> pos(std::vector<int32_t>{static_cast<int32_t>(len - 1)});
-            cuda::AttentionDecodeArgs args{dq.data(),  kc.data(), vc.data(),      cap,
-                                           pos.data(), s.nq,      s.nkv,          s.hd,
-                                           scale,      splits,    partial.data(), dgate.data() + s.hd,
-                                           q_stride,   out.data()};
-            args.tensor_cores = tensor_cores;
-            if (kv_q8)
-              args.k_cache = kq.data(), args.v_cache = vq.data(), args.k_scale = ks.data(),
-              args.v_scale = vs.data();
-            cuda::attention_decode(args, nullptr);
-            // Tensor cores: q and p as two bf16 (q8: f16) parts each, about 16 bits.
-            EXPECT_LT(rel_err(out.download(), ref), tensor_cores ? 2e-5 : 1e-5);
-          }
+        for (const int splits : {1, 7, 66}) {
+          SCOPED_TRACE(fmt::format("{}/{} heads x {}, context {}, {} splits, {} cache", s.nq, s.nkv, s.hd,
+                                   len, splits, kv_q8 ? "q8" : "bf16"));
+          DeviceArray<float> dq(q), dgate(gate), partial(static_cast<size_t>(s.nq * splits * (s.hd + 2))),
+              out(ref.size());
+          DeviceArray<int32_t> pos(std::vector<int32_t>{static_cast<int32_t>(len - 1)});
+          cuda::AttentionDecodeArgs args{
+              dq.data(), kc.data(),      vc.data(),           cap,      pos.data(), s.nq, s.nkv, s.hd, scale,
+              splits,    partial.data(), dgate.data() + s.hd, q_stride, out.data()};
+          if (kv_q8)
+            args.k_cache = kq.data(), args.v_cache = vq.data(), args.k_scale = ks.data(),
+            args.v_scale = vs.data();
+          cuda::attention_decode(args, nullptr);
+          // q and p as two bf16 (q8: f16) parts each, about 16 bits.
+          EXPECT_LT(rel_err(out.download(), ref), 2e-5);
+        }
       }
     }
   }
@@ -1718,22 +1663,19 @@ TEST(Attention, DecodeGateRowsMatchCpu) {
       const auto gate = cpu_matmul(h.w, in, 1);
       std::vector<float> ref = attended;
       for (size_t i = 0; i < ref.size(); ++i) ref[i] *= sigmoid(gate[i]);
-      for (const bool tensor_cores : {true, false}) {
-        SCOPED_TRACE(fmt::format("{}/{} heads x {}, gate {}, {}, {}", s.nq, s.nkv, s.hd, describe(g.m),
-                                 norm ? "RMSNorm" : "plain", tensor_cores ? "tensor cores" : "CUDA cores"));
-        cuda::AttentionDecodeArgs args{
-            dq.data(),      kc.data(), vc.data(), cap,       pos.data(),
-            s.nq,           s.nkv,     s.hd,      scale,     static_cast<int>(splits),
-            partial.data(), nullptr,   0,         out.data()};
-        args.tensor_cores = tensor_cores;
-        args.gate_proj = up.m;
-        args.gate_x = dx.data();
-        args.gate_norm = norm ? dw.data() : nullptr;
-        args.eps = 1e-6f;
-        out.poison();
-        cuda::attention_decode(args, nullptr);
-        EXPECT_LT(rel_err(out.download(), ref), tensor_cores ? 2e-5 : 1e-5);
-      }
+      SCOPED_TRACE(fmt::format("{}/{} heads x {}, gate {}, {}", s.nq, s.nkv, s.hd, describe(g.m),
+                               norm ? "RMSNorm" : "plain"));
+      cuda::AttentionDecodeArgs args{
+          dq.data(),      kc.data(), vc.data(), cap,       pos.data(),
+          s.nq,           s.nkv,     s.hd,      scale,     static_cast<int>(splits),
+          partial.data(), nullptr,   0,         out.data()};
+      args.gate_proj = up.m;
+      args.gate_x = dx.data();
+      args.gate_norm = norm ? dw.data() : nullptr;
+      args.eps = 1e-6f;
+      out.poison();
+      cuda::attention_decode(args, nullptr);
+      EXPECT_LT(rel_err(out.download(), ref), 2e-5);
     }
   }
 }
@@ -1763,25 +1705,19 @@ TEST(Attention, PrefillMatchesAttendPerRow) {
           for (int d = 0; d < s.hd; ++d)
             o[d] *= sigmoid(gate[static_cast<size_t>(t * ld_gate + h * q_stride + s.hd + d)]);
         }
-      for (auto [variant, name] : {std::pair{cuda::AttentionPrefillVariant::kWgmma, "wgmma"},
-                                   std::pair{cuda::AttentionPrefillVariant::kPipelined, "pipelined"},
-                                   std::pair{cuda::AttentionPrefillVariant::kLdmatrix, "ldmatrix"},
-                                   std::pair{cuda::AttentionPrefillVariant::kTransposed, "V transposed"}}) {
-        SCOPED_TRACE(name);
-        cuda::AttentionPrefillArgs args{
-            dq.data(), kc.data(), vc.data(),           cap,     n,        pos0,      s.nq, s.nkv,
-            s.hd,      scale,     dgate.data() + s.hd, ld_gate, q_stride, out.data()};
-        args.variant = variant;
-        out.upload(std::vector<uint16_t>(out.size(), 0x7fc0));  // NaN
-        cuda::attention_prefill(args, nullptr);
-        EXPECT_LT(rel_err(from_bf16(out.download()), ref), 1.5e-2);
-      }
+      // head_dim 32 runs on the mma.sync kernel, the others on warpgroup products.
+      cuda::AttentionPrefillArgs args{
+          dq.data(), kc.data(), vc.data(),           cap,     n,        pos0,      s.nq, s.nkv,
+          s.hd,      scale,     dgate.data() + s.hd, ld_gate, q_stride, out.data()};
+      out.upload(std::vector<uint16_t>(out.size(), 0x7fc0));  // NaN
+      cuda::attention_prefill(args, nullptr);
+      EXPECT_LT(rel_err(from_bf16(out.download()), ref), 1.5e-2);
     }
   }
 }
 
 // Prefill attention speed at the real shape (16 query heads, 2 kv heads of 256) for a 4096-row chunk
-// at three context lengths, the wgmma and mma.sync kernels (prints; asserts nothing).
+// at three context lengths (prints; asserts nothing).
 TEST(Attention, PrefillTiming) {
   QWICK_REQUIRE_GPU();
   std::mt19937_64 rng(fresh_seed());
@@ -1797,19 +1733,15 @@ TEST(Attention, PrefillTiming) {
   const auto cache = tiled(s.nkv * cap * s.hd);
   DeviceArray<uint16_t> kc(cache), vc(cache), dq(tiled(n * s.nq * s.hd)),
       out(static_cast<size_t>(n * s.nq * s.hd));
-  fmt::print("{:>8} {:>16} {:>16}   (us per call, TFLOP/s; 4096 rows)\n", "context", "wgmma", "pipelined");
+  fmt::print("{:>8} {:>16}   (us per call, TFLOP/s; 4096 rows)\n", "context", "wgmma");
   for (const int64_t pos0 : {int64_t{0}, int64_t{28672}, cap - n}) {
     const double flop =
         4.0 * s.nq * s.hd * (static_cast<double>(n) * pos0 + 0.5 * static_cast<double>(n) * (n + 1));
     fmt::print("{:>8}", pos0 + n);
-    for (auto variant : {cuda::AttentionPrefillVariant::kWgmma, cuda::AttentionPrefillVariant::kPipelined}) {
-      cuda::AttentionPrefillArgs args{dq.data(), kc.data(), vc.data(), cap,     n, pos0, s.nq,
-                                      s.nkv,     s.hd,      0.0625f,   nullptr, 0, 0,    out.data()};
-      args.variant = variant;
-      const double us = median_us([&] { cuda::attention_prefill(args, nullptr); }, 3);
-      fmt::print(" {:>9.0f} {:>6.1f}", us, flop / us * 1e-6);
-    }
-    fmt::print("\n");
+    const cuda::AttentionPrefillArgs args{dq.data(), kc.data(), vc.data(), cap,     n, pos0, s.nq,
+                                          s.nkv,     s.hd,      0.0625f,   nullptr, 0, 0,    out.data()};
+    const double us = median_us([&] { cuda::attention_prefill(args, nullptr); }, 3);
+    fmt::print(" {:>9.0f} {:>6.1f}\n", us, flop / us * 1e-6);
   }
 }
 

@@ -6,7 +6,7 @@
 //                     decode step reads one set and writes the other, so a step run ahead can be dropped
 //
 // prefill runs in chunks: f32 residual stream, bf16 activations into the tensor-core GEMMs (the router
-// too, as the CPU's prefill; lever router-bf16 off: f32), the dense matrices from bf16 copies where a
+// too, as the CPU's prefill), the dense matrices from bf16 copies where a
 // chunk is long enough (add_prefill_copies, gemm_tma), every MoE grouping step on the device, the
 // shared expert on a second stream beside the routed ones. decode runs
 // one row with f32 activations through the GEMV kernels; the whole step (embedding .. lm_head .. token
@@ -24,17 +24,12 @@
 #include <tuple>
 #include <variant>
 #include <vector>
-#ifdef QWICK_DECODE_SKIP
-#include <fmt/ranges.h>
 
-#include <cstdlib>
-#endif
-
+#include "backend/cuda/cuda_options.h"
 #include "backend/cuda/cuda_weights.h"
 #include "backend/cuda/stage_timer.h"
 #include "core/error.h"
 #include "kernels/attention/attention_cuda.h"
-#include "kernels/block_trace.h"
 #include "kernels/cuda_launch.h"
 #include "kernels/deltanet/deltanet_chunked_cuda.h"
 #include "kernels/deltanet/deltanet_cuda.h"
@@ -65,7 +60,7 @@ struct DecodeScratch {
   float *q, *partial, *att_out;                     // attention
   float* router;                                    // [E + 1]: router logits, then the shared gate logit
   int32_t* route_counter;                           // [1] the fused router's block count (moe_decode)
-  unsigned long long* moe_sync;  // [layers][kMoeSyncWords]: layer L's MoeDecodeArgs::sync
+  unsigned long long* moe_sync;                     // [layers][kMoeSyncWords]: layer L's MoeDecodeArgs::sync
   int32_t *ids, *gate_up_index, *down_index;
   float *weights, *gate_up, *act, *down;
   float* logits;                       // [V]
@@ -78,17 +73,15 @@ struct DecodeScratch {
 // Buffers of one prefill chunk of up to `rows` rows.
 struct PrefillScratch {
   int32_t* tokens;
-  float* hidden;      // [n, H]
-  uint16_t* normed;   // [n, H] bf16
-  float* normed_f32;  // [n, H]: the MoE input again, for the f32 router (null with the bf16 one)
-  float* att_in;      // [n, q_proj_rows + 2·kv rows]: q (and gate) | k | v
+  float* hidden;     // [n, H]
+  uint16_t* normed;  // [n, H] bf16
+  float* att_in;     // [n, q_proj_rows + 2·kv rows]: q (and gate) | k | v
   uint16_t *q16, *att16;
   float* dn_in;                         // [n, conv channels + Vt + 2·Hv]: qkv | z | b | a
   float *conv, *beta, *decay, *dn_out;  // DeltaNet
   float* dn_chunked;                    // deltanet_chunked_scan's workspace
   uint16_t* dn16;
-  float* router;        // [n, route_ld()]: logits, then (bf16 router) the shared gate's logit
-  float* shared_logit;  // [n]: the shared gate's logit (f32 router; null with the bf16 one)
+  float* router;  // [n, route_ld()]: logits, then the shared gate's logit
   int32_t* ids;
   float* weights;
   MoeGrouping grouping;
@@ -115,10 +108,9 @@ class CudaBackend final : public Backend {
       : model_(model),
         cfg_(model.config),
         max_context_(options.max_context > 0 ? options.max_context : cfg_.max_position_embeddings),
-        q8_(options.device_int8 && !options.exact),
+        options_(parse_cuda_off(options.cuda_off)),
+        int16_(!options.exact),
         kv_dtype_(options.kv_dtype) {
-    set_levers(options.cuda_off);
-    if (options.exact) int16_ = false;
     if (options.kv_dtype == KvDtype::kF32)
       fail("--kv-type: the CUDA backend keeps its KV cache in bf16 or q8");
     if (cfg_.n_heads % cfg_.n_kv_heads != 0) fail("n_heads must be a multiple of n_kv_heads");
@@ -137,7 +129,7 @@ class CudaBackend final : public Backend {
     weights_ = upload_weights(model, stream_);
     allocate_state();
     allocate_decode();
-    if (dense_bf16_) make_prefill_copies();
+    make_prefill_copies();
     reset();
   }
 
@@ -245,7 +237,6 @@ class CudaBackend final : public Backend {
                           cudaMemcpyDeviceToHost, stream_),
           "decode: logits");
     sync();
-    block_trace::collect();
   }
 
   bool decode_sampled(int32_t token, const DeviceSampling& s, int32_t* next) override {
@@ -270,15 +261,13 @@ class CudaBackend final : public Backend {
     commit_step();
     // The next step goes in before this one's token is back to the host; it reads the token from the
     // device's input slot, so the GPU runs on while the host looks at this token. A stop, a cancel or
-    // anything but that token next drops it (drop_step_ahead). Not at the context's end, and not
-    // with a block timeline, which holds one step.
-    if (step_ahead_ && position_ < max_context_ && !block_trace::enabled()) {
+    // anything but that token next drops it (drop_step_ahead). Not at the context's end.
+    if (options_.step_ahead && position_ < max_context_) {
       launch_step();
       record_token_ready(live_);
       ahead_ = true;
     }
     check(cudaEventSynchronize(token_ready_[slot]), "decode: token");
-    block_trace::collect();
     *next = host_token_[slot];
     ahead_token_ = *next;
     device_token_ = ahead_ ? -1 : *next;
@@ -286,81 +275,6 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  void set_levers(const std::string& off) {
-    size_t begin = 0;
-    while (begin < off.size()) {
-      const size_t end = std::min(off.find(',', begin), off.size());
-      const std::string name = off.substr(begin, end - begin);
-      if (name == "graph")
-        use_graph_ = false;
-      else if (name == "step-ahead")
-        step_ahead_ = false;
-      else if (name == "fusion")
-        fuse_ = false;
-      else if (name == "overlap")
-        overlap_ = false;
-      else if (name == "decode-attention")
-        decode_attention_mma_ = false;
-      else if (name == "gemv-rows")
-        adapt_gemv_rows_ = false;
-      else if (name == "carry-z")
-        carry_z_ = false;
-      else if (name == "moe-one-pass")
-        moe_one_pass_ = false;
-      else if (name == "shared-spread")
-        spread_shared_ = false;
-      else if (name == "lm-head-stream")
-        stream_lm_head_ = false;
-      else if (name == "combine-gate")
-        combine_gate_ = false;
-      else if (name == "int16")
-        int16_ = false;
-      else if (name == "wgmma" && gemm_kernel_ != GemmKernel::kSimple)
-        gemm_kernel_ = GemmKernel::kPipelined;
-      else if (name == "gemm")
-        gemm_kernel_ = GemmKernel::kSimple;
-      else if (name == "conv")
-        row_parallel_conv_ = false;
-      else if (name == "router")
-        router_gemm_ = false;
-      else if (name == "router-bf16")
-        router_bf16_ = false;
-      else if (name == "attention-wgmma" && attention_ == AttentionPrefillVariant::kWgmma)
-        attention_ = AttentionPrefillVariant::kPipelined;
-      else if (name == "attention-pipeline" && attention_ != AttentionPrefillVariant::kTransposed)
-        attention_ = AttentionPrefillVariant::kLdmatrix;
-      else if (name == "attention")
-        attention_ = AttentionPrefillVariant::kTransposed;
-      else if (name == "chunked-scan")
-        chunked_scan_ = false;
-      else if (name == "down-bf16")
-        down_bf16_ = false;
-      else if (name == "deltanet-in-bf16")
-        deltanet_in_bf16_ = false;
-      else if (name == "prefill-overlap")
-        prefill_overlap_ = false;
-      else if (name == "combine-norm")
-        combine_norm_ = false;
-      else if (name == "in-proj-stack")
-        stack_in_proj_ = false;
-      else if (name == "expert-tiles-144")
-        wide_expert_tiles_ = false;
-      else if (name == "shared-overlap")
-        shared_overlap_ = false;
-      else if (name == "dense-bf16")
-        dense_bf16_ = false;
-      else if (!name.empty())
-        fail(
-            "--cuda-off: unknown name \"{}\" (known: graph, step-ahead, fusion, overlap, decode-attention, "
-            "gemv-rows, carry-z, moe-one-pass, shared-spread, lm-head-stream, combine-gate, int16, wgmma, "
-            "gemm, conv, router-bf16, router, attention-wgmma, attention-pipeline, attention, chunked-scan, "
-            "down-bf16, deltanet-in-bf16, in-proj-stack, expert-tiles-144, shared-overlap, prefill-overlap, "
-            "combine-norm, dense-bf16)",
-            name);
-      begin = end + 1;
-    }
-  }
-
   // The bf16 copies of the dense matrices (add_prefill_copies), after the weights and the sequence
   // state, where they leave room for the prefill's scratch (1.4 GB at 4096-row chunks of the full
   // model) and more: a GPU that holds the model without them runs without them.
@@ -523,7 +437,6 @@ class CudaBackend final : public Backend {
       p_.tokens = c.take<int32_t>(u(n));
       p_.hidden = c.take<float>(u(n * H));
       p_.normed = c.take<uint16_t>(u(n * H));
-      p_.normed_f32 = router_bf16_ ? nullptr : c.take<float>(u(n * H));
       p_.att_in = c.take<float>(u(n * (cfg_.q_proj_rows() + 2 * kvr)));
       p_.q16 = c.take<uint16_t>(u(n * nq_hd));
       p_.att16 = c.take<uint16_t>(u(n * nq_hd));
@@ -535,7 +448,6 @@ class CudaBackend final : public Backend {
       p_.dn16 = c.take<uint16_t>(u(n * Vt));
       p_.dn_chunked = c.take<float>(u(deltanet_chunked_workspace_floats(n, cfg_.lin_n_v_heads)));
       p_.router = c.take<float>(u(n * route_ld()));
-      p_.shared_logit = router_bf16_ ? nullptr : c.take<float>(u(n));
       p_.ids = c.take<int32_t>(u(pairs));
       p_.weights = c.take<float>(u(pairs));
       p_.grouping.offsets = c.take<int32_t>(u(E + 1));
@@ -586,16 +498,15 @@ class CudaBackend final : public Backend {
            tokens.size(), max_context_);
   }
 
-  // GemvArgs with this backend's levers; gemv_args(m) also names one matrix.
-  GemvArgs gemv_levers() const {
+  // GemvArgs with this backend's settings; gemv_args(m) also names one matrix.
+  GemvArgs gemv_settings() const {
     GemvArgs a;
-    a.overlap = overlap_;
-    a.adapt_rows = adapt_gemv_rows_;
+    a.overlap = options_.overlap;
     a.i16 = int16_;
     return a;
   }
   GemvArgs gemv_args(const DeviceMatrix& m) const {
-    GemvArgs a = gemv_levers();
+    GemvArgs a = gemv_settings();
     a.single = m;
     a.format = m.format;
     a.max_rows = m.rows;
@@ -619,22 +530,7 @@ class CudaBackend final : public Backend {
     a.accumulate = accumulate;
     a.norm_weight = norm;
     a.eps = cfg_.rms_norm_eps;
-    a.q8 = q8_ && gemv_q8_fits(m);
     return a;
-  }
-
-  // y[t] = W·x[t] for n f32 rows (rows H apart in x, W.rows apart in y).
-  void gemv_rows(const DeviceMatrix& m, const float* x, int64_t n, float* y) {
-    constexpr int64_t kMaxRowsPerLaunch = 32768;  // the grid's y dimension
-    for (int64_t r0 = 0; r0 < n; r0 += kMaxRowsPerLaunch) {
-      GemvArgs a = gemv_args(m);
-      a.problems = static_cast<int>(std::min(kMaxRowsPerLaunch, n - r0));
-      a.x = x + r0 * m.cols;
-      a.x_stride = m.cols;
-      a.y = y + r0 * m.rows;
-      a.y_stride = m.rows;
-      gemv(a, stream_);
-    }
   }
 
   // Problem p: mats[p] · x -> y + p·y_stride, one launch when the formats agree (the first entries of
@@ -653,7 +549,7 @@ class CudaBackend final : public Backend {
       }
       return;
     }
-    GemvArgs a = gemv_levers();
+    GemvArgs a = gemv_settings();
     a.trigger_after_wait = trigger_after_wait;
     a.table = table;
     a.problems = static_cast<int>(mats.size());
@@ -668,14 +564,12 @@ class CudaBackend final : public Backend {
     a.y_stride = y_stride;
     a.norm_weight = norm;
     a.eps = cfg_.rms_norm_eps;
-    a.q8 =
-        q8_ && std::all_of(mats.begin(), mats.end(), [](const DeviceMatrix& m) { return gemv_q8_fits(m); });
     gemv(a, stream_);
   }
 
   // The mixer's input projections of the normed rows, side by side in y ([n, ld], ld their rows
   // together; returns ld): one GEMM over their stacked matrix, or one per part when their formats
-  // differ (or the lever is off). The rows go to y in f32, or to y16 in bf16 where that is set.
+  // differ. The rows go to y in f32, or to y16 in bf16 where that is set.
   int64_t project_in(const DeviceMatrix& stacked, const DeviceMatrix& stacked16,
                      std::initializer_list<DeviceMatrix> parts, float* y, int64_t n,
                      uint16_t* y16 = nullptr) {
@@ -684,11 +578,10 @@ class CudaBackend final : public Backend {
     const auto project = [&](const DeviceMatrix& m, int64_t col) {
       GemmArgs a = gemm_args(m, p_.normed, cfg_.hidden_size, n, y16 ? nullptr : y + col, ld);
       if (y16) a.y16 = y16 + col;
-      a.kernel = gemm_kernel_;
       a.overlap = prefill_overlap();
       gemm(a, stream_);
     };
-    if (stack_in_proj_ && stacked.rows == ld) {
+    if (stacked.rows == ld) {
       project(prefill_matrix(stacked, stacked16, n), 0);
       return ld;
     }
@@ -700,7 +593,7 @@ class CudaBackend final : public Backend {
   // Whether an n-row GEMM reads the bf16 copy `copy` (add_prefill_copies; rows 0 without): where
   // gemm_tma takes it.
   bool reads_copy(const DeviceMatrix& copy, int64_t n) const {
-    return copy.rows > 0 && gemm_kernel_ == GemmKernel::kWgmma && gemm_tma_fills(copy.rows, n);
+    return copy.rows > 0 && gemm_tma_fills(copy.rows, n);
   }
   // The matrix an n-row GEMM of m reads: its copy where reads_copy, else m.
   DeviceMatrix prefill_matrix(const DeviceMatrix& m, const DeviceMatrix& copy, int64_t n) const {
@@ -713,7 +606,6 @@ class CudaBackend final : public Backend {
                 bool accumulate, cudaStream_t s = nullptr) {
     GemmArgs a = gemm_args(m, x, ldx, n, y, ldy);
     a.accumulate = accumulate;
-    a.kernel = gemm_kernel_;
     a.overlap = prefill_overlap() && !s;
     gemm(a, s ? s : stream_);
   }
@@ -730,8 +622,7 @@ class CudaBackend final : public Backend {
   // Enqueues one step for the token in the device's slot at the device's position, from the DeltaNet
   // states of set live_ into the other set; commit_step then makes it the sequence's.
   void launch_step() {
-    block_trace::arm(stream_);
-    if (use_graph_) {
+    if (options_.graph) {
       cudaGraphExec_t& graph = graph_[live_];
       if (!graph) graph = capture_step();
       check(cudaGraphLaunch(graph, stream_), "cudaGraphLaunch");
@@ -787,39 +678,11 @@ class CudaBackend final : public Backend {
     return exec;
   }
 
-#ifdef QWICK_DECODE_SKIP
-  // A diagnostic build's decode step leaves out the launches whose names the QWICK_DECODE_SKIP
-  // variable lists (comma separated; the names below), so a run measures what each is worth on the
-  // step's path: its values are wrong, its shapes and other kernels the same (docs/gpu-notes.md,
-  // session 36). The MoE's parts cannot be left out one by one: the one-pass kernel waits for the
-  // router's blocks.
-  static bool skipped(const char* part) {
-    static const std::vector<std::string> names = [] {
-      static constexpr const char* kParts[] = {"qkv",         "prep",          "attention",    "attention-out",
-                                               "deltanet-in", "deltanet-step", "deltanet-out", "moe",
-                                               "lm-head",     "sample"};
-      std::vector<std::string> v;
-      const char* env = std::getenv("QWICK_DECODE_SKIP");
-      for (std::string rest = env ? env : ""; !rest.empty();) {
-        const size_t comma = std::min(rest.find(','), rest.size());
-        v.push_back(rest.substr(0, comma));
-        rest.erase(0, std::min(comma + 1, rest.size()));
-        if (std::find(std::begin(kParts), std::end(kParts), v.back()) == std::end(kParts))
-          fail("QWICK_DECODE_SKIP: unknown launch \"{}\" (known: {})", v.back(), fmt::join(kParts, ", "));
-      }
-      return v;
-    }();
-    return std::find(names.begin(), names.end(), part) != names.end();
-  }
-#else
-  static constexpr bool skipped(const char*) { return false; }
-#endif
-
   // Every kernel of one decode step, in order, on stream_. With fusion (the default) each RMSNorm
-  // is folded into the projections that read it and the MoE runs as moe_decode's three kernels;
-  // without, the norms, routing, SwiGLU and combine are kernels of their own (the ablation baseline).
+  // is folded into the projections that read it and the MoE runs as moe_decode's kernels; without
+  // (CudaOptions::fusion, or shapes the fused kernels do not take), the norms, routing, SwiGLU and
+  // combine are kernels of their own: the reference chain.
   void enqueue_step() {
-    const block_trace::RecordedLaunches recorded;  // (a -DQWICK_BLOCK_TRACE=ON build's timeline)
     const int64_t H = cfg_.hidden_size;
     const float eps = cfg_.rms_norm_eps;
     embed_rows(weights_.embed, d_.token, 1, d_.x, stream_);
@@ -832,14 +695,14 @@ class CudaBackend final : public Backend {
         decode_attention(*att, slot, input_norm);
       else
         decode_deltanet(std::get<CudaDeltaNetWeights>(lw.mixer), slot, input_norm);
-      if (fuse_ &&
+      if (options_.fusion &&
           moe_decode_fits(lw.moe.router.format, lw.moe.expert_format, cfg_.expert_dim, cfg_.shared_expert_dim,
                           cfg_.n_experts_per_tok) &&
           same_format(lw.moe.router, lw.moe.shared_gate) &&
           same_format(lw.moe.shared_gate_proj, lw.moe.shared_up) &&
           lw.moe.shared_gate_proj.format == lw.moe.expert_format &&
           lw.moe.shared_down.format == lw.moe.expert_format) {
-        if (!skipped("moe")) decode_moe_fused(lw, L);
+        decode_moe_fused(lw, L);
       } else {
         rms_norm_rows(d_.x, 1, H, lw.post_norm, eps, d_.normed, nullptr, stream_);
         decode_moe(lw.moe);
@@ -847,34 +710,29 @@ class CudaBackend final : public Backend {
     }
     const float* final_norm = fused_norm(weights_.final_norm);
     if (!final_norm) rms_norm_rows(d_.x, 1, H, weights_.final_norm, eps, d_.normed, nullptr, stream_);
-    if (!skipped("lm-head"))
-      gemv_one(weights_.lm_head, final_norm ? d_.x : d_.normed, d_.logits, false, final_norm, stream_lm_head_);
-    if (!skipped("sample"))
-      sample_token(SampleArgs{d_.logits, cfg_.vocab_size, d_.sampling, d_.token, d_.position,
-                              d_.sample_partials, d_.sample_counter, d_.sample_candidates,
-                              d_.sample_candidate_counts, mapped_token_ + live_},
-                   stream_);
+    gemv_one(weights_.lm_head, final_norm ? d_.x : d_.normed, d_.logits, false, final_norm, /*stream=*/true);
+    sample_token(SampleArgs{d_.logits, cfg_.vocab_size, d_.sampling, d_.token, d_.position,
+                            d_.sample_partials, d_.sample_counter, d_.sample_candidates,
+                            d_.sample_candidate_counts, mapped_token_ + live_},
+                 stream_);
   }
 
   // The norm weight when the projections fuse it (they then read the residual d_.x), else null (an
   // rms_norm kernel writes d_.normed first).
-  const float* fused_norm(const float* weight) const { return fuse_ ? weight : nullptr; }
+  const float* fused_norm(const float* weight) const { return options_.fusion ? weight : nullptr; }
   const float* mixer_input(const float* norm) const { return norm ? d_.x : d_.normed; }
 
-  // d_.proj slots: q, k, v, and the gate's rows unless the combine computes them (combine_gate_):
+  // d_.proj slots: q, k, v, and the gate's rows unless the combine computes them (gate_rows):
   // then the q|k|v stack lets the chain after it start only past its wait, so the combine, launched
   // while the splits run, may read the layer's input (AttentionDecodeArgs::gate_proj).
   void decode_attention(const CudaAttentionWeights& w, int slot, const float* input_norm) {
     const int64_t ps = proj_stride(), hd = cfg_.head_dim;
     const float* x = mixer_input(input_norm);
-    const bool gated = cfg_.attn_output_gate,
-               gate_rows = gated && combine_gate_ && attention_gate_rows_fit(w.gate);
-    if (!skipped("qkv")) {
-      if (gated && !gate_rows)
-        gemv_stack({w.q, w.k, w.v, w.gate}, w.qkv_table, x, d_.proj, ps, input_norm);
-      else
-        gemv_stack({w.q, w.k, w.v}, w.qkv_table, x, d_.proj, ps, input_norm, gate_rows);
-    }
+    const bool gated = cfg_.attn_output_gate, gate_rows = gated && attention_gate_rows_fit(w.gate);
+    if (gated && !gate_rows)
+      gemv_stack({w.q, w.k, w.v, w.gate}, w.qkv_table, x, d_.proj, ps, input_norm);
+    else
+      gemv_stack({w.q, w.k, w.v}, w.qkv_table, x, d_.proj, ps, input_norm, gate_rows);
     const KvLayer& kv = kv_cache_[static_cast<size_t>(slot)];
     AttentionPrepArgs prep{d_.proj,
                            0,
@@ -898,10 +756,10 @@ class CudaBackend final : public Backend {
                            kv.k,
                            kv.v,
                            max_context_,
-                           overlap_,
+                           options_.overlap,
                            kv.k_scale,
                            kv.v_scale};
-    if (!skipped("prep")) attention_prep(prep, stream_);
+    attention_prep(prep, stream_);
     AttentionDecodeArgs at{d_.q,
                            kv.k,
                            kv.v,
@@ -916,13 +774,12 @@ class CudaBackend final : public Backend {
                            gated && !gate_rows ? d_.proj + 3 * ps : nullptr,
                            hd,
                            d_.att_out,
-                           decode_attention_mma_,
-                           overlap_};
+                           options_.overlap};
     if (gate_rows)
       at.gate_proj = w.gate, at.gate_x = x, at.gate_norm = input_norm, at.eps = cfg_.rms_norm_eps;
     at.k_scale = kv.k_scale, at.v_scale = kv.v_scale;
-    if (!skipped("attention")) attention_decode(at, stream_);
-    if (!skipped("attention-out")) gemv_one(w.o, d_.att_out, d_.x, true);
+    attention_decode(at, stream_);
+    gemv_one(w.o, d_.att_out, d_.x, true);
   }
 
   void decode_deltanet(const CudaDeltaNetWeights& w, int slot, const float* input_norm) {
@@ -930,13 +787,11 @@ class CudaBackend final : public Backend {
     const int64_t ps = proj_stride();
     float *proj_b = d_.proj + ps, *proj_a = d_.proj + 2 * ps, *proj_z = d_.proj + 3 * ps;
     const bool z_along =
-        fuse_ && carry_z_ && !q8_ && deltanet_decode_step_carries_z(cfg_.lin_k_dim, cfg_.conv_kernel, w.z);
-    if (!skipped("deltanet-in")) {
-      if (z_along)
-        gemv_stack({w.qkv, w.b, w.a}, w.proj_table, mixer_input(input_norm), d_.proj, ps, input_norm);
-      else
-        gemv_stack({w.qkv, w.b, w.a, w.z}, w.proj_table, mixer_input(input_norm), d_.proj, ps, input_norm);
-    }
+        options_.fusion && deltanet_decode_step_carries_z(cfg_.lin_k_dim, cfg_.conv_kernel, w.z);
+    if (z_along)
+      gemv_stack({w.qkv, w.b, w.a}, w.proj_table, mixer_input(input_norm), d_.proj, ps, input_norm);
+    else
+      gemv_stack({w.qkv, w.b, w.a, w.z}, w.proj_table, mixer_input(input_norm), d_.proj, ps, input_norm);
     // From set live_ into the other (launch_step).
     const auto& [conv_state, rec_state] =
         deltanet_state_[static_cast<size_t>(live_)][static_cast<size_t>(slot)];
@@ -945,10 +800,20 @@ class CudaBackend final : public Backend {
     DeltaNetConvArgs conv{d_.proj,    0,       1, cfg_.conv_channels(), w.conv, cfg_.conv_kernel,
                           conv_state, d_.conv, 0};
     conv.state_out = conv_next;
-    if (fuse_) {
-      DeltaNetDecodeStepArgs step{
-          conv,    cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, cfg_.lin_v_dim, proj_b,  proj_a,
-          w.a_neg, w.dt_bias,          rec_state,      rec_next,           d_.dn_out,      overlap_};
+    if (options_.fusion) {
+      DeltaNetDecodeStepArgs step{conv,
+                                  cfg_.lin_n_k_heads,
+                                  cfg_.lin_k_dim,
+                                  cfg_.lin_n_v_heads,
+                                  cfg_.lin_v_dim,
+                                  proj_b,
+                                  proj_a,
+                                  w.a_neg,
+                                  w.dt_bias,
+                                  rec_state,
+                                  rec_next,
+                                  d_.dn_out,
+                                  options_.overlap};
       if (z_along) {
         step.z = w.z;
         step.z_x = mixer_input(input_norm);
@@ -957,7 +822,7 @@ class CudaBackend final : public Backend {
         step.z_out = proj_z;
         step.z_i16 = int16_;
       }
-      if (!skipped("deltanet-step")) deltanet_decode_step(step, stream_);
+      deltanet_decode_step(step, stream_);
     } else {
       deltanet_conv(conv, stream_);
       deltanet_prepare({d_.conv, 0, 1, cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, proj_b, proj_a,
@@ -978,7 +843,7 @@ class CudaBackend final : public Backend {
       scan.state_out = rec_next;
       deltanet_scan(scan, stream_);
     }
-    if (fuse_ && gemv_gated_norm_fits(cfg_.lin_v_dim) && ps % 4 == 0) {
+    if (options_.fusion && gemv_gated_norm_fits(cfg_.lin_v_dim) && ps % 4 == 0) {
       // out_proj · gated_norm(o, z): the per-head norm and the gate applied as the gemv reads o.
       GemvArgs a = gemv_args(w.out);
       a.x = d_.dn_out;
@@ -988,8 +853,7 @@ class CudaBackend final : public Backend {
       a.eps = cfg_.rms_norm_eps;
       a.y = d_.x;
       a.accumulate = true;
-      a.q8 = q8_ && gemv_q8_fits(w.out);
-      if (!skipped("deltanet-out")) gemv(a, stream_);
+      gemv(a, stream_);
       return;
     }
     gated_rms_norm_rows({d_.dn_out, 0, proj_z, 0, 1, cfg_.lin_n_v_heads, cfg_.lin_v_dim, w.norm,
@@ -1016,14 +880,10 @@ class CudaBackend final : public Backend {
     a.ids = d_.ids;
     a.weights = d_.weights;
     a.counter = d_.route_counter;
-    a.sync = moe_one_pass_ ? d_.moe_sync + kMoeSyncWords * L : nullptr;
-    a.spread_shared = spread_shared_;
+    a.sync = d_.moe_sync + kMoeSyncWords * L;
     a.act = d_.act;
-    a.q8 = q8_ && w.expert_format == WeightFormat::kAffine4 && w.expert_group_size % 64 == 0 &&
-           w.expert_group_size > 0 && cfg_.expert_dim % 64 == 0 && gemv_q8_fits(w.shared_gate_proj) &&
-           gemv_q8_fits(w.shared_up) && gemv_q8_fits(w.shared_down);
     a.i16 = int16_;
-    a.overlap = overlap_;
+    a.overlap = options_.overlap;
     moe_decode(a, stream_);
   }
 
@@ -1036,7 +896,7 @@ class CudaBackend final : public Backend {
     const bool shared_too = same_format(w.shared_gate_proj, w.shared_up) &&
                             w.shared_gate_proj.format == w.expert_format &&
                             w.shared_down.format == w.expert_format;
-    GemvArgs gu = gemv_levers();
+    GemvArgs gu = gemv_settings();
     gu.table = w.experts;
     gu.index = d_.gate_up_index;
     gu.problems = static_cast<int>(shared_too ? 2 * k + 2 : 2 * k);
@@ -1054,7 +914,7 @@ class CudaBackend final : public Backend {
     swiglu(d_.gate_up, d_.gate_up + k * Im, Im, k, cfg_.expert_dim, d_.act, Im, false, stream_);
     swiglu(d_.gate_up + 2 * k * Im, d_.gate_up + (2 * k + 1) * Im, Im, 1, cfg_.shared_expert_dim,
            d_.act + k * Im, Im, false, stream_);
-    GemvArgs dn = gemv_levers();
+    GemvArgs dn = gemv_settings();
     dn.table = w.experts;
     dn.index = d_.down_index;
     dn.problems = static_cast<int>(shared_too ? k + 1 : k);
@@ -1076,7 +936,7 @@ class CudaBackend final : public Backend {
   // ---- prefill ----------------------------------------------------------------------------------
   void forward_chunk(const int32_t* tokens, int64_t n, const LayerObserver& observer) {
     const int64_t H = cfg_.hidden_size;
-    chunk_overlap_ = prefill_overlap_ && !timer_.active() && n >= kOverlapMinRows;
+    chunk_overlap_ = options_.overlap && !timer_.active() && n >= kOverlapMinRows;
     const float eps = cfg_.rms_norm_eps;
     check(cudaMemcpyAsync(p_.tokens, tokens, sizeof(int32_t) * static_cast<size_t>(n), cudaMemcpyHostToDevice,
                           stream_),
@@ -1096,9 +956,9 @@ class CudaBackend final : public Backend {
       else
         prefill_deltanet(std::get<CudaDeltaNetWeights>(lw.mixer), slot, n);
       timer_.mark("embed, norms");
-      rms_norm_rows(p_.hidden, n, H, lw.post_norm, eps, p_.normed_f32, p_.normed, stream_, prefill_overlap());
+      rms_norm_rows(p_.hidden, n, H, lw.post_norm, eps, nullptr, p_.normed, stream_, prefill_overlap());
       const bool last = L + 1 == cfg_.n_layers();
-      normed = combine_norm_ && !last && moe_combine_norms(H);
+      normed = !last && moe_combine_norms(H);
       prefill_moe(lw.moe, n, normed ? weights_.layers[static_cast<size_t>(L + 1)].input_norm : nullptr);
       if (observer) observe(observer, L + 1, n);
     }
@@ -1174,7 +1034,6 @@ class CudaBackend final : public Backend {
                             ld,
                             hd,
                             p_.att16};
-    at.variant = attention_;
     at.overlap = prefill_overlap();
     timer_.mark("attention: flash prefill");
     attention_prefill(at, stream_);
@@ -1186,43 +1045,28 @@ class CudaBackend final : public Backend {
     const int64_t H = cfg_.hidden_size, C = cfg_.conv_channels(), Vt = cfg_.lin_v_total(),
                   Hv = cfg_.lin_n_v_heads;
     timer_.mark("deltanet: qkv z b a projections");
-    // In bf16 (deltanet_in_bf16_) in the f32 buffer: read by the conv, the gated norm and the gates
-    // only, which then move half the bytes.
-    uint16_t* const in16 = deltanet_in_bf16_ ? reinterpret_cast<uint16_t*>(p_.dn_in) : nullptr;
+    // In bf16 in the f32 buffer: read by the conv, the gated norm and the gates only, which then move
+    // half the bytes.
+    uint16_t* const in16 = reinterpret_cast<uint16_t*>(p_.dn_in);
     const int64_t ld = project_in(w.in_proj, w.in_proj16, {w.qkv, w.z, w.b, w.a}, p_.dn_in, n, in16);
-    // Where q|k|v, z, b and a start in either buffer.
+    // Where q|k|v, z, b and a start.
     const int64_t at_z = C, at_b = at_z + Vt, at_a = at_b + Hv;
-    const float* const in32 = in16 ? nullptr : p_.dn_in;
-    const auto f32_at = [&](int64_t col) { return in32 ? in32 + col : nullptr; };
-    const auto bf16_at = [&](int64_t col) { return in16 ? in16 + col : nullptr; };
     const auto& [conv_state, rec_state] =
         deltanet_state_[static_cast<size_t>(live_)][static_cast<size_t>(slot)];
     timer_.mark("deltanet: conv, gates");
-    DeltaNetConvArgs conv{in32, ld, n, C, w.conv, cfg_.conv_kernel, conv_state, p_.conv, C};
+    DeltaNetConvArgs conv{nullptr, ld, n, C, w.conv, cfg_.conv_kernel, conv_state, p_.conv, C};
     conv.in_bf16 = in16;
     conv.overlap = prefill_overlap();
-    conv.row_parallel = row_parallel_conv_;
-    if (row_parallel_conv_ && deltanet_conv_norms(cfg_.lin_k_dim)) {  // q and k normalised in the conv
+    if (deltanet_conv_norms(cfg_.lin_k_dim)) {  // q and k normalised in the conv
       conv.norm_heads = cfg_.lin_n_k_heads;
       conv.norm_dim = cfg_.lin_k_dim;
     }
     deltanet_conv(conv, stream_);
-    DeltaNetPrepareArgs gates{p_.conv,
-                              C,
-                              n,
-                              cfg_.lin_n_k_heads,
-                              cfg_.lin_k_dim,
-                              cfg_.lin_n_v_heads,
-                              f32_at(at_b),
-                              f32_at(at_a),
-                              ld,
-                              w.a_neg,
-                              w.dt_bias,
-                              p_.beta,
-                              p_.decay,
-                              conv.norm_heads > 0};
-    gates.b_bf16 = bf16_at(at_b);
-    gates.a_bf16 = bf16_at(at_a);
+    DeltaNetPrepareArgs gates{
+        p_.conv, C,  n,       cfg_.lin_n_k_heads, cfg_.lin_k_dim, cfg_.lin_n_v_heads, nullptr,
+        nullptr, ld, w.a_neg, w.dt_bias,          p_.beta,        p_.decay,           conv.norm_heads > 0};
+    gates.b_bf16 = in16 + at_b;
+    gates.a_bf16 = in16 + at_a;
     gates.overlap = prefill_overlap();
     deltanet_prepare(gates, stream_);
     timer_.mark("deltanet: scan");
@@ -1239,14 +1083,14 @@ class CudaBackend final : public Backend {
                           p_.dn_out,
                           Vt};
     scan.overlap = prefill_overlap();
-    if (chunked_scan_ && n >= kChunkedScanMinRows && deltanet_chunked_supported(scan))
+    if (n >= kChunkedScanMinRows && deltanet_chunked_supported(scan))
       deltanet_chunked_scan(scan, p_.dn_chunked, stream_);
     else
       deltanet_scan(scan, stream_);
     timer_.mark("deltanet: gated norm");
-    GatedNormArgs norm{p_.dn_out,      Vt,     f32_at(at_z),      ld,      n,       cfg_.lin_n_v_heads,
+    GatedNormArgs norm{p_.dn_out,      Vt,     nullptr,           ld,      n,       cfg_.lin_n_v_heads,
                        cfg_.lin_v_dim, w.norm, cfg_.rms_norm_eps, nullptr, p_.dn16, Vt};
-    norm.z_bf16 = bf16_at(at_z);
+    norm.z_bf16 = in16 + at_z;
     norm.overlap = prefill_overlap();
     gated_rms_norm_rows(norm, stream_);
     timer_.mark("deltanet: out projection");
@@ -1261,8 +1105,8 @@ class CudaBackend final : public Backend {
   // Shorter chunks keep 128: the 144-slot kernel has one pipeline stage fewer.
   int expert_tile_rows(int64_t n) const {
     const int64_t E = cfg_.n_experts, k = cfg_.n_experts_per_tok, I = cfg_.expert_dim;
-    if (gemm_kernel_ != GemmKernel::kWgmma || I % 128 != 0) return kGemmTileRows;
-    return wide_expert_tiles_ && n * k >= 112 * E ? 144 : 128;
+    if (I % 128 != 0) return kGemmTileRows;
+    return n * k >= 112 * E ? 144 : 128;
   }
 
   // next_norm: the next layer's input norm, which the combine then computes into p_.normed.
@@ -1270,7 +1114,7 @@ class CudaBackend final : public Backend {
     // The shared expert needs no routing: on the side stream it fills the SMs that the router and the
     // routing (narrow launches, one last block for the scan) leave idle. Serial while stages are timed,
     // so each stage keeps its own time.
-    const bool side = shared_overlap_ && !timer_.active();
+    const bool side = !timer_.active();
     if (side) {
       check(cudaEventRecord(fork_, stream_), "prefill fork");
       check(cudaStreamWaitEvent(side_, fork_), "prefill fork");
@@ -1278,30 +1122,14 @@ class CudaBackend final : public Backend {
     prefill_shared_expert(w, n, side ? side_ : stream_);
     if (side) check(cudaEventRecord(join_, side_), "prefill join");
     const int64_t H = cfg_.hidden_size, E = cfg_.n_experts, k = cfg_.n_experts_per_tok, I = cfg_.expert_dim;
-    // Router logits [n, E] at stride ld_route, the shared expert's gate logit at stride ld_logit.
-    int64_t ld_route = E, ld_logit = 1;
-    const float* shared_logit = p_.shared_logit;
-    if (router_bf16_) {
-      // From the bf16 MoE input like every other prefill product, and like the CPU backend's prefill
-      // (bf16 inputs and weights, f32 sums), so both pick alike; decode routes from f32 inputs. The
-      // weights were decoded to bf16 at upload, and the shared gate's logit is output column E.
-      timer_.mark("moe: router");
-      ld_route = ld_logit = route_ld();
-      shared_logit = p_.router + E;
-      gemm_one(w.route16, p_.normed, H, n, p_.router, ld_route, false);
-    } else {
-      // The router in f32 (gemm_f32; a gemv per row when switched off).
-      timer_.mark("moe: router (f32)");
-      // gemm_f32 pays from 1K-row chunks on (measured against the gemv per row: +5.8 % prefill at
-      // 1K, +12 % at 2K, equal at 512).
-      if (router_gemm_ && n >= 1024) {
-        gemm_f32(w.router, p_.normed_f32, n, p_.router, stream_);
-        gemm_f32(w.shared_gate, p_.normed_f32, n, p_.shared_logit, stream_);
-      } else {
-        gemv_rows(w.router, p_.normed_f32, n, p_.router);
-        gemv_rows(w.shared_gate, p_.normed_f32, n, p_.shared_logit);
-      }
-    }
+    // Router logits [n, E] and the shared expert's gate logit (column E), at stride route_ld(): from
+    // the bf16 MoE input like every other prefill product, and like the CPU backend's prefill (bf16
+    // inputs and weights, f32 sums), so both pick alike; decode routes from f32 inputs. The weights
+    // were decoded to bf16 at upload.
+    timer_.mark("moe: router");
+    const int64_t ld_route = route_ld(), ld_logit = ld_route;
+    const float* const shared_logit = p_.router + E;
+    gemm_one(w.route16, p_.normed, H, n, p_.router, ld_route, false);
     timer_.mark("moe: route, group");
     p_.grouping.tile_rows = expert_tile_rows(n);
     moe_route_group(p_.router, ld_route, n, static_cast<int>(E), static_cast<int>(k), p_.ids, p_.weights,
@@ -1314,9 +1142,9 @@ class CudaBackend final : public Backend {
     gu.max_tiles = moe_max_tiles(n * k, static_cast<int>(E));
     gu.tile_rows = p_.grouping.tile_rows;
     gu.overlap = prefill_overlap();
-    // The wgmma kernel applies SwiGLU in its epilogue (GemmArgs::act); the others leave gate|up in f32
-    // for the swiglu kernel.
-    const bool fused_swiglu = gemm_kernel_ == GemmKernel::kWgmma && I % 64 == 0;
+    // The wgmma kernel applies SwiGLU in its epilogue (GemmArgs::act); where the simple kernel runs
+    // (widths not a multiple of 64), gate|up stays in f32 for the swiglu kernel.
+    const bool fused_swiglu = I % 64 == 0;
     timer_.mark("moe: experts gate|up");
     if (fused_swiglu) {
       GemmArgs fused = gu;
@@ -1339,8 +1167,8 @@ class CudaBackend final : public Backend {
     dn.y = p_.down;
     dn.ldy = H;
     // bf16 rows for the combine (the buffer is sized for f32 ones).
-    uint16_t* const down16 = down_bf16_ ? reinterpret_cast<uint16_t*>(p_.down) : nullptr;
-    if (down16) dn.y = nullptr, dn.y16 = down16;
+    uint16_t* const down16 = reinterpret_cast<uint16_t*>(p_.down);
+    dn.y = nullptr, dn.y16 = down16;
     timer_.mark("moe: experts down");
     gemm(dn, stream_);
 
@@ -1375,7 +1203,6 @@ class CudaBackend final : public Backend {
     a.ldx = cfg_.hidden_size;
     a.y = y;
     a.ldy = 2 * rows;
-    a.kernel = gemm_kernel_;
     return a;
   }
 
@@ -1383,12 +1210,10 @@ class CudaBackend final : public Backend {
   void prefill_shared_expert(const CudaMoeWeights& w, int64_t n, cudaStream_t s) {
     const int64_t H = cfg_.hidden_size, E = cfg_.n_experts, S = cfg_.shared_expert_dim;
     timer_.mark("moe: shared expert");
-    const bool in_table = gemm_kernel_ != GemmKernel::kSimple &&
-                          w.shared_gate_proj.format == w.expert_format &&
+    // SwiGLU in the wgmma kernel's epilogue (the expert table), as for the routed experts, or in
+    // gemm_tma's over the stacked bf16 copy.
+    const bool in_table = w.shared_gate_proj.format == w.expert_format &&
                           same_format(w.shared_gate_proj, w.shared_up) && S % 128 == 0;
-    // SwiGLU in the wgmma kernel's epilogue, as for the routed experts, or in gemm_tma's over the
-    // stacked bf16 copy.
-    const bool fused = in_table && gemm_kernel_ == GemmKernel::kWgmma;
     const bool copy = reads_copy(w.shared_gate_up16, n);
     if (copy) {
       GemmArgs su = gemm_args(w.shared_gate_up16, p_.normed, H, n, nullptr, 0);
@@ -1400,16 +1225,14 @@ class CudaBackend final : public Backend {
       // blocks of either alone.
       GemmArgs su = expert_gate_up(w, static_cast<int>(3 * E), S, p_.shared_gate_up);
       su.n = n;
-      if (fused) {
-        su.act = p_.shared_act;
-        su.ld_act = S;
-      }
+      su.act = p_.shared_act;
+      su.ld_act = S;
       gemm(su, s);
     } else {
       gemm_one(w.shared_gate_proj, p_.normed, H, n, p_.shared_gate_up, 2 * S, false, s);
       gemm_one(w.shared_up, p_.normed, H, n, p_.shared_gate_up + S, 2 * S, false, s);
     }
-    if (!fused && !copy)
+    if (!in_table && !copy)
       swiglu(p_.shared_gate_up, p_.shared_gate_up + S, 2 * S, n, S, p_.shared_act, S, true, s);
     gemm_one(prefill_matrix(w.shared_down, w.shared_down16, n), p_.shared_act, S, n, p_.shared_down, H, false,
              s);
@@ -1454,37 +1277,14 @@ class CudaBackend final : public Backend {
   const Model& model_;
   const ModelConfig& cfg_;
   int64_t max_context_;
-  // BackendOptions::cuda_off
-  bool use_graph_ = true, fuse_ = true, overlap_ = true;  // decode
-  bool decode_attention_mma_ = true;
-  bool adapt_gemv_rows_ = true;                  // GemvArgs::adapt_rows
-  bool carry_z_ = true;                          // DeltaNetDecodeStepArgs::z
-  bool moe_one_pass_ = true;                     // MoeDecodeArgs::sync
-  bool spread_shared_ = true;                    // MoeDecodeArgs::spread_shared
-  bool stream_lm_head_ = true;                   // GemvArgs::stream for the decode lm_head
-  bool combine_gate_ = true;                     // AttentionDecodeArgs::gate_proj
-  bool int16_ = true;                            // GemvArgs::i16, MoeDecodeArgs::i16 (not with --exact)
-  int attention_splits_ = 1;                     // decode attention: context ranges per kv head
-  GemmKernel gemm_kernel_ = GemmKernel::kWgmma;  // prefill
-  bool row_parallel_conv_ = true;
-  bool router_bf16_ = true;  // prefill router from bf16 inputs on the GEMM kernels; off: f32
-  bool router_gemm_ = true;  // the f32 router as gemm_f32 from 1K rows; off: a gemv per row
-  bool chunked_scan_ = true;
-  bool down_bf16_ = true;
-  bool deltanet_in_bf16_ = true;  // the DeltaNet input projections' rows in bf16
-  bool wide_expert_tiles_ = true;
-  bool shared_overlap_ = true;   // the prefill shared expert on side_
-  bool prefill_overlap_ = true;  // programmatic dependent launches of prefill's kernels on stream_
-  bool combine_norm_ = true;     // the MoE combine computes the next layer's input norm
-  bool chunk_overlap_ = false;   // prefill_overlap() of the chunk running
-  bool stack_in_proj_ = true;
-  bool dense_bf16_ = true;  // bf16 copies of the dense matrices for long prefill chunks (gemm_tma)
-  AttentionPrefillVariant attention_ = AttentionPrefillVariant::kWgmma;
-  bool q8_;     // BackendOptions::device_int8, unless exact
-  KvDtype kv_dtype_;  // BackendOptions::kv_dtype: bf16 or q8
+  const CudaOptions options_;   // BackendOptions::cuda_off
+  const bool int16_;            // GemvArgs::i16, MoeDecodeArgs::i16: int16 activations unless exact
+  int attention_splits_ = 1;    // decode attention: context ranges per kv head
+  bool chunk_overlap_ = false;  // prefill_overlap() of the chunk running
+  KvDtype kv_dtype_;            // BackendOptions::kv_dtype: bf16 or q8
   StageTimer timer_;
   cudaStream_t stream_ = nullptr;
-  cudaStream_t side_ = nullptr;                  // prefill work beside stream_'s (shared_overlap_)
+  cudaStream_t side_ = nullptr;                  // prefill work beside stream_'s (the shared expert)
   cudaEvent_t fork_ = nullptr, join_ = nullptr;  // side_ starts after / stream_ waits for side_
   cudaEvent_t token_ready_[2] = {};              // a step's chosen token is in host_token_[slot]
   // Mapped host memory [2]: a step from set s stores its chosen token in slot s (two steps in flight).
@@ -1501,8 +1301,8 @@ class CudaBackend final : public Backend {
     float* k_scale;
     float* v_scale;
   };
-  std::vector<KvLayer> kv_cache_;                          // per attention layer
-  std::pair<uint16_t*, uint16_t*> kv_bf16_{};              // q8: K and V as bf16, for prefill's attention
+  std::vector<KvLayer> kv_cache_;              // per attention layer
+  std::pair<uint16_t*, uint16_t*> kv_bf16_{};  // q8: K and V as bf16, for prefill's attention
   // Two sets, per DeltaNet layer: conv window, recurrent S. Set live_ holds the sequence; prefill
   // updates it in place, a decode step writes the other and commit_step swaps them.
   std::array<std::vector<std::pair<float*, float*>>, 2> deltanet_state_;
@@ -1517,7 +1317,6 @@ class CudaBackend final : public Backend {
 
   int64_t position_ = 0;
   int32_t device_token_ = -1;  // the token the device's input slot holds, or -1
-  bool step_ahead_ = true;     // decode_sampled launches the next step before this one's token is back
   bool ahead_ = false;         // a step is queued past position_ for ahead_token_ (the last token returned)
   int32_t ahead_token_ = -1;
   SamplingState sampling_{};

@@ -20,7 +20,6 @@ namespace {
 constexpr int kMaxHeadDim = 256, kPrefillWarps = 4;
 
 __global__ void __launch_bounds__(32 * kPrefillWarps) prep_kernel(AttentionPrepArgs a) {
-  QWICK_TRACE_BLOCK();
   __shared__ float heads_x[kPrefillWarps][kMaxHeadDim];
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -1,6 +1,6 @@
 // The simple prefill GEMM on the tensor cores: Y[slot, n] = Σ_k X[row(slot), k] · W[n, k], bf16
 // operands, f32 accumulation (see matmul_cuda.h for the table and tile conventions, and for when the
-// wgmma or pipelined kernel runs instead).
+// wgmma kernel runs instead), and gemm(), which picks the kernel by shape.
 //
 // One block computes a 64 (slots) × 64 (outputs) tile with 4 warps in a 2 × 2 layout, each warp a
 // 32 × 32 sub-tile = 2 × 4 mma.sync.m16n8k16 per 16-wide k step. Per 64-wide k slice:
@@ -126,15 +126,13 @@ void gemm(const GemmArgs& a, cudaStream_t stream) {
   if (a.y16 && a.accumulate) check(cudaErrorInvalidValue, "gemm: bf16 output does not accumulate");
   // Each block's outputs come from one part (gemm_tile.cuh: gemm_block).
   if (a.part_rows % kTile != 0) check(cudaErrorInvalidValue, "gemm: parts must be multiples of 64 rows");
-  if (a.act) {
-    if (a.kernel != GemmKernel::kWgmma)
-      check(cudaErrorInvalidValue, "gemm: the SwiGLU epilogue is the wgmma kernel's");
-    return gemm_wgmma(a, stream);
-  }
-  if (a.part_rows % 128 == 0) {
-    if (a.kernel == GemmKernel::kWgmma) return gemm_wgmma(a, stream);
-    if (a.kernel == GemmKernel::kPipelined) return gemm_pipelined(a, stream);
-  }
+  if (a.act || a.part_rows % 128 == 0) return gemm_wgmma(a, stream);
+  gemm_simple(a, stream);
+}
+
+void gemm_simple(const GemmArgs& a, cudaStream_t stream) {
+  if (a.act) check(cudaErrorInvalidValue, "gemm: the SwiGLU epilogue is the wgmma kernel's");
+  if (a.part_rows % kTile != 0) check(cudaErrorInvalidValue, "gemm: parts must be multiples of 64 rows");
   if (a.tiles && a.tile_rows > kTile)
     check(cudaErrorInvalidValue, "gemm: this kernel takes tiles of 64 rows");
   const unsigned tiles = a.tiles ? static_cast<unsigned>(a.max_tiles) : blocks_for(a.n, kTile);

@@ -1,7 +1,6 @@
-// What the prefill GEMMs (gemm_cuda.cu, gemm_pipelined_cuda.cu on mma.sync, gemm_wgmma_cuda.cu on
-// wgmma) share: the tile shape of a launch, which slots and matrix rows a block covers, the
-// quantization-group words of a k slice staged next to the codes, decoding 4-bit codes into bf16
-// pairs, and the f32 output store.
+// What the prefill GEMMs (gemm_cuda.cu on mma.sync, gemm_wgmma_cuda.cu on wgmma) share: the tile
+// shape of a launch, which slots and matrix rows a block covers, the quantization-group words of a k
+// slice staged next to the codes, decoding 4-bit codes into bf16 pairs, and the f32 output store.
 #pragma once
 
 #include "kernels/cuda_common.cuh"
@@ -45,10 +44,9 @@ __device__ __forceinline__ bool gemm_block(const GemmArgs& a, GemmBlock* b) {
   return true;
 }
 
-// Slots per tile and row tiles of a launch with 128 outputs per block: a tile list's tile_rows (64, 128,
-// or 144 for the wgmma kernel); for
-// plain GEMMs tile_rows when forced, else the most of `max_rows` (128 or 256), 128 and 64 that still
-// give the launch min_blocks_256 (256-slot tiles, one block per SM) or min_blocks (128) blocks: short
+// Slots per tile and row tiles of a launch with 128 outputs per block: a tile list's tile_rows (64, 128
+// or 144); for plain GEMMs tile_rows when forced, else the most of `max_rows` (128 or 256), 128 and 64 that
+// still give the launch min_blocks_256 (256-slot tiles, one block per SM) or min_blocks (128) blocks: short
 // chunks and narrow matrices would otherwise leave SMs idle. row_tiles 0: nothing to do.
 struct RowTiling {
   int rows = 64;

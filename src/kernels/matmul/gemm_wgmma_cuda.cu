@@ -28,11 +28,11 @@
 // warpgroups on the SM; 256-slot tiles have two and wait after issuing, for slice kt - 1's, so the
 // decode also overlaps the warpgroup's own products.
 //
-// The codes become bf16 as in the mma.sync kernel (gemm_tile.cuh: dequant4_pair), so the kernels give
-// the same W values; only the order of the f32 sums differs.
+// The codes become bf16 as decode_bf16 makes them (gemm_tile.cuh: dequant4_pair), so a GEMM over a
+// bf16 copy gives the same W values; only the order of the f32 sums differs.
 //
 // Tests: tests/cuda/cuda_kernels_test.cpp (Gemm.*, Moe.GroupingGroupedGemmAndCombine) run every case
-// through all three kernels.
+// through both kernels.
 #include "kernels/cuda_launch.h"
 #include "kernels/matmul/dequant.cuh"
 #include "kernels/matmul/gemm_epilogue.cuh"

@@ -18,9 +18,9 @@
 //   stage_gated_norm  per head of D values: w·(x·rsqrt(mean_head(x²) + eps))·silu(z), a warp per head
 // For affine formats the dot uses Σ_i (q_i·s + b)·x_i = s·Σ q_i·x_i + b·Σ x_i.
 //
-// The staged form (Act): f32 as above; int8 (stage_q8, a second pass over the f32 staging, dp4a dots);
-// or int16 for 4-bit weights (stage_i16_quad, written by the staging's own pass, dp2a dots): per chunk
-// of 32 values q = rint(x·32767/max|x|), each value within about max|x|/65534 of its own (int8: /254).
+// The staged form (Act): f32 as above, or int16 for 4-bit weights (stage_i16_quad, written by the
+// staging's own pass, dp2a dots): per chunk of 32 values q = rint(x·32767/max|x|), each value within
+// about max|x|/65534 of its own.
 #pragma once
 
 #include "kernels/matmul/dequant.cuh"
@@ -75,10 +75,10 @@ __device__ __forceinline__ LaneGroups lane_groups(int sub) {
 }
 
 // The form of the staged input dot_rows reads (see the top of this file).
-enum class Act { kF32, kQ8, kI16 };
+enum class Act { kF32, kI16 };
 
 // ---- staging -------------------------------------------------------------------------------------
-// Floats of shared memory for a staged input of n values (f32; the int8 and int16 forms take less).
+// Floats of shared memory for a staged input of n values (f32; the int16 form takes less).
 template <int E>
 constexpr int64_t staged_floats(int64_t n) {
   return (n + E - 1) / E * (E + 4);
@@ -263,48 +263,6 @@ __device__ __forceinline__ void stage_gated_norm(const float* x, const float* z,
   }
 }
 
-// int8 activations for 4-bit weights (the scheme of matmul_q8.h, so the GPU and CPU quantize alike):
-// per 64 values d = max|x| / 127 and q = rint(x / d). Chunk c (32 values) of a staged f32 input `xs`
-// becomes kQ8ChunkBytes at q8 + c·kQ8ChunkBytes: its 16 even-indexed q (the low nibbles' partners),
-// its 16 odd-indexed q, then d and the chunk's exact Σx as floats. Threads [tid, nthreads) as the
-// stage_* functions (whole warps); n a multiple of 64.
-inline constexpr int kQ8ChunkBytes = 48;  // 40 used; 48 keeps 16-byte reads conflict-free
-constexpr int64_t q8_staged_bytes(int64_t n) {
-  return n / 32 * kQ8ChunkBytes;
-}
-__device__ __forceinline__ void stage_q8(const float* xs, int64_t n, uint8_t* q8, int tid, int nthreads) {
-  constexpr int E = 32;
-  // Eight threads per 64 values, eight values each (lanes of a group of 8 are consecutive).
-  for (int64_t base = 8 * static_cast<int64_t>(tid); base - 8 * (tid & 31) < n;  // warp-uniform
-       base += 8 * static_cast<int64_t>(nthreads)) {
-    const bool valid = base < n;
-    float v[8], amax = 0.0f, sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      v[i] = valid ? xs[staged_at<E>(base + i)] : 0.0f;
-      amax = fmaxf(amax, fabsf(v[i])), sum += v[i];
-    }
-#pragma unroll
-    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
-#pragma unroll
-    for (int o = 1; o < 4; o <<= 1) sum += __shfl_xor_sync(kFullMask, sum, o);  // the chunk's 4 threads
-    if (!valid) continue;
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    uint32_t even = 0, odd = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      even |= (static_cast<uint32_t>(__float2int_rn(v[2 * j] * inv)) & 0xffu) << (8 * j);
-      odd |= (static_cast<uint32_t>(__float2int_rn(v[2 * j + 1] * inv)) & 0xffu) << (8 * j);
-    }
-    const int64_t c = base / E;
-    const int part = static_cast<int>(base % E) / 8;  // which 8 of the chunk's 32
-    uint8_t* chunk = q8 + c * kQ8ChunkBytes;
-    reinterpret_cast<uint32_t*>(chunk)[part] = even;
-    reinterpret_cast<uint32_t*>(chunk + 16)[part] = odd;
-    if (part == 0) reinterpret_cast<float2*>(chunk + 32)[0] = make_float2(amax / 127.0f, sum);
-  }
-}
-
 // The group of a chunk's codes: a shift for the power-of-two groups of real checkpoints, a 32-bit
 // division otherwise. (The 64-bit division this replaces ran per chunk and row and cost about as many
 // instructions as the dot product itself.)
@@ -370,19 +328,15 @@ __device__ __forceinline__ int chunk_code_dot_i16(const uint4& w, const uint4 (&
 // call this with the same chunks and sub. `stage` runs once, right after the first weights were
 // requested, when `first`: it waits for the previous kernel, stages the input and synchronises.
 //
-// A, the input's staged form (Act::kQ8 and kI16: 4-bit weights only):
-//   kQ8   `xin` is stage_q8's int8 form, and each chunk's integer dot runs as eight dp4a on the
-//         nibbles (low nibbles with the even q, high with the odd);
-//   kI16  `xin` is the int16 form (stage_i16_quad), sixteen dp2a a chunk;
-// either way Σ (q_i·s + b)·x_i ≈ s·d·Σ q_i·xq_i + b·Σ x_i. (The f32 dot spends a byte permute and an
-// FMA a weight, both on pipes of half or full rate; a dp2a does two weights.)
+// A, the input's staged form: with Act::kI16 (4-bit weights only) `xin` is the int16 form
+// (stage_i16_quad), sixteen dp2a a chunk, and Σ (q_i·s + b)·x_i ≈ s·d·Σ q_i·xq_i + b·Σ x_i. (The f32 dot
+// spends a byte permute and an FMA a weight, both on pipes of half or full rate; a dp2a does two weights.)
 template <WeightFormat F, int R, int U, Act A = Act::kF32, class Stage>
 __device__ __forceinline__ void dot_rows(const WeightRow (&rows)[R], int64_t chunks, int group_size, int sub,
                                          int lane_g, const void* xin, bool first, Stage&& stage,
                                          float (&acc)[R]) {
   constexpr int E = ChunkTraits<F>::kElems;
-  static_assert(A == Act::kF32 || F == WeightFormat::kAffine4,
-                "int8/int16 activations pair with 4-bit weights");
+  static_assert(A == Act::kF32 || F == WeightFormat::kAffine4, "int16 activations pair with 4-bit weights");
   const float* xs = static_cast<const float*>(xin);
   constexpr bool kAffine = F != WeightFormat::kBF16;
 #pragma unroll
@@ -423,7 +377,6 @@ __device__ __forceinline__ void dot_rows(const WeightRow (&rows)[R], int64_t chu
             for (int c = step + lane_g; c < n_chunks; c += sub) prefetch_l1(rows[r].data + c * 16);
       }
       stage();
-      block_trace_mark<0>();
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -439,27 +392,6 @@ __device__ __forceinline__ void dot_rows(const WeightRow (&rows)[R], int64_t chu
           if (!rows[r].data) continue;
           const float dot = dsum.x * static_cast<float>(chunk_code_dot_i16(w[u][r], xw));
           acc[r] += bf16_to_f32(sc[u][r]) * dot + bf16_to_f32(bi[u][r]) * dsum.y;
-        }
-        continue;
-      }
-      if constexpr (A == Act::kQ8) {
-        const uint8_t* chunk = static_cast<const uint8_t*>(xin) + c * kQ8ChunkBytes;
-        const uint4 xe = *reinterpret_cast<const uint4*>(chunk),
-                    xo = *reinterpret_cast<const uint4*>(chunk + 16);
-        const float2 dsum = *reinterpret_cast<const float2*>(chunk + 32);
-        const uint32_t even[4] = {xe.x, xe.y, xe.z, xe.w}, odd[4] = {xo.x, xo.y, xo.z, xo.w};
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          if (!rows[r].data) continue;
-          const uint32_t words[4] = {w[u][r].x, w[u][r].y, w[u][r].z, w[u][r].w};
-          int dot = 0;
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            dot = __dp4a(static_cast<int>(words[k] & 0x0f0f0f0fu), static_cast<int>(even[k]), dot);
-            dot = __dp4a(static_cast<int>((words[k] >> 4) & 0x0f0f0f0fu), static_cast<int>(odd[k]), dot);
-          }
-          acc[r] +=
-              bf16_to_f32(sc[u][r]) * (dsum.x * static_cast<float>(dot)) + bf16_to_f32(bi[u][r]) * dsum.y;
         }
         continue;
       }

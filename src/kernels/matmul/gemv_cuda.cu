@@ -45,13 +45,9 @@ struct GemvLaunch {
 // SM whatever W (the same 128 registers a thread).
 template <WeightFormat F, Transform T, Act A, int kRows, int W = kWarps>
 __global__ void __launch_bounds__(W * 32, kMinBlocks* kWarps / W) gemv_kernel(const GemvLaunch L) {
-  QWICK_TRACE_BLOCK();
   constexpr int E = ChunkTraits<F>::kElems;
   extern __shared__ float4 smem4[];
-  float* xs = reinterpret_cast<float*>(smem4);
-  // int8 form after the f32 staging and its 32 floats of scratch (Act::kQ8; the int16 form replaces
-  // the f32 one at xs)
-  uint8_t* xq = reinterpret_cast<uint8_t*>(xs + staged_floats<E>(L.a.max_cols) + 32);
+  float* xs = reinterpret_cast<float*>(smem4);  // (the int16 form, Act::kI16, replaces the f32 one)
   const GemvArgs& a = L.a;
   if (!a.trigger_after_wait) let_next_kernel_start();
   auto wait = [&] {
@@ -91,10 +87,6 @@ __global__ void __launch_bounds__(W * 32, kMinBlocks* kWarps / W) gemv_kernel(co
     else
       stage_plain<E, kPlainBatch, false, A>(x, m.cols, xs, threadIdx.x, blockDim.x);
     __syncthreads();
-    if constexpr (A == Act::kQ8) {
-      stage_q8(xs, m.cols, xq, threadIdx.x, blockDim.x);
-      __syncthreads();
-    }
   };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const LaneGroups lanes = lane_groups(L.sub);
@@ -107,12 +99,7 @@ __global__ void __launch_bounds__(W * 32, kMinBlocks* kWarps / W) gemv_kernel(co
     WeightRow rows[kRows];
     weight_rows<kRows>(m, groups, row0, rows);
     float acc[kRows];
-    dot_rows<F, kRows, kUnroll, A>(rows, m.cols / E, m.group_size, L.sub, lane_g,
-                                   A == Act::kQ8 ? static_cast<const void*>(xq) : xs, s == 0, stage, acc);
-    if (s == 0) {  // the first row step's products summed: by the block's first warp, its last
-      block_trace_mark<1>();
-      block_trace_mark<3>();
-    }
+    dot_rows<F, kRows, kUnroll, A>(rows, m.cols / E, m.group_size, L.sub, lane_g, xs, s == 0, stage, acc);
     if (lane_g != 0) continue;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -129,7 +116,6 @@ __global__ void __launch_bounds__(W * 32, kMinBlocks* kWarps / W) gemv_kernel(co
 // against choosing by the fullest last wave, which split the 12352-row DeltaNet and 9216-row attention
 // stacks: 369 against 379 tok/s at 4K.)
 int rows_per_group(const GemvArgs& a, int sub) {
-  if (!a.adapt_rows) return 4;
   const int64_t groups = int64_t{kWarps} * (32 / sub), slots = int64_t{kMinBlocks} * multiprocessor_count();
   auto waves = [&](int r) {
     int64_t blocks = 0;
@@ -172,8 +158,7 @@ void launch_gemv(const GemvArgs& a, int sub, cudaStream_t stream) {
     grid = dim3(blocks_for(a.max_rows, static_cast<int>(L.rows_per_step) * L.steps),
                 static_cast<unsigned>(a.problems));
   }
-  const size_t smem = sizeof(float) * static_cast<size_t>(staged_floats<E>(a.max_cols) + 32) +
-                      (A == Act::kQ8 ? static_cast<size_t>(q8_staged_bytes(a.max_cols)) : 0);
+  const size_t smem = sizeof(float) * static_cast<size_t>(staged_floats<E>(a.max_cols) + 32);
   if (smem > 48 * 1024) {  // inputs past 10K columns; never during the decode graph's capture
     static bool configured = false;
     if (!configured)
@@ -199,12 +184,11 @@ void launch_rows(const GemvArgs& a, cudaStream_t stream) {
   }
 }
 
-// int8 activations only with 4-bit weights (gemv_q8_fits, checked by the caller); int16 with 4-bit
-// weights and, for the gated norm, heads of a multiple of 32 values (a chunk in one head).
+// int16 activations with 4-bit weights and, for the gated norm, heads of a multiple of 32 values (a
+// chunk in one head).
 template <WeightFormat F, Transform T>
 void launch(const GemvArgs& a, cudaStream_t stream) {
   if constexpr (F == WeightFormat::kAffine4) {
-    if (a.q8) return launch_rows<F, T, Act::kQ8>(a, stream);
     if (a.i16 && (T != Transform::kGatedNorm || a.head_dim % 32 == 0))
       return launch_rows<F, T, Act::kI16>(a, stream);
   }

@@ -41,7 +41,6 @@ struct TileLayout {
 // CPL: chunks a lane of each row (cols = 32 · CPL · 32).
 template <int CPL, bool kNorm, bool kI16>
 __global__ void __launch_bounds__(kWarps * 32, 1) gemv_stream_kernel(const GemvArgs a) {
-  QWICK_TRACE_BLOCK();
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t full[kStages];
   __shared__ int freed[kStages];  // warps done with the stage's tiles so far (kWarps a tile)
@@ -153,7 +152,7 @@ void launch(const GemvArgs& a, cudaStream_t stream) {
 
 bool gemv_stream_fits(const GemvArgs& a) {
   const DeviceMatrix& m = a.single;
-  return !a.table && !a.gate_z && !a.q8 && !a.trigger_after_wait && a.problems == 1 && m.format == kF &&
+  return !a.table && !a.gate_z && !a.trigger_after_wait && a.problems == 1 && m.format == kF &&
          m.rows >= kStreamMinRows && (m.cols == 32 * kE || m.cols == 64 * kE) && m.group_size > 0 &&
          m.cols % m.group_size == 0 && (m.cols / m.group_size) % 8 == 0 && m.row_bytes == m.cols / 2 &&
          aligned16(m.data) && aligned16(m.scales) && aligned16(m.biases) &&

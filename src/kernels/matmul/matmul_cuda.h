@@ -6,16 +6,14 @@
 //         16-byte loads (32 weights of 4-bit, 16 of 8-bit, 8 of bf16 per lane), dequantizing in
 //         registers (gemv_core.cuh).
 //   gemm  prefill: Y = X·Wᵀ for many bf16 activation rows on the tensor cores (bf16 in, f32
-//         accumulate); the full-precision W never exists. Three kernels (GemmKernel):
-//           wgmma (gemm_wgmma_cuda.cu, the default): 128 outputs × 64/128/256 slots per block on
-//             warpgroup products, X and the raw W codes streamed through a cp.async pipeline, W the
-//             register operand, dequantized by each thread straight into its fragment
-//           pipelined (gemm_pipelined_cuda.cu): 128 outputs × 64/128 slots on mma.sync m16n8k16, W
-//             dequantized in registers by each warp
-//             (bf16 weights with enough rows: gemm_tma, the same tiles with TMA copies and both
-//             operands in shared memory)
+//         accumulate); the full-precision W never exists. Two kernels, chosen by shape:
+//           wgmma (gemm_wgmma_cuda.cu): 128 outputs × 64/128/144/256 slots per block on warpgroup
+//             products, X and the raw W codes streamed through a cp.async pipeline, W the register
+//             operand, dequantized by each thread straight into its fragment (bf16 weights with
+//             enough rows: gemm_tma, the same tiles with TMA copies and both operands in shared
+//             memory); every GEMM whose parts are a multiple of 128 rows
 //           simple (gemm_cuda.cu): 64 × 64 tiles, load-barrier-compute, W dequantized into shared
-//             memory; the fallback (expert widths not a multiple of 128) and the ablation baseline
+//             memory; the others (expert widths not a multiple of 128)
 //
 // Both take a table of matrices so one launch serves many problems: the routed experts of a decode
 // step (gemv, `index` names each problem's matrix) or the expert groups of a prefill chunk (gemm,
@@ -72,20 +70,14 @@ struct GemvArgs {
   const float* gate_z = nullptr;
   int head_dim = 0;  // gemv_gated_norm_fits; x, gate_z and norm_weight 16-byte aligned
   float eps = 0.0f;
-  // int8 activations (matmul_q8.h's scheme, dp4a dots); only with 4-bit weights in groups of a
-  // multiple of 64 and inputs a multiple of 64 (gemv_q8_fits), which the caller checks.
-  bool q8 = false;
   // int16 activations (gemv_core.cuh's stage_i16_quad, dp2a dots) where the weights are 4-bit (and a
-  // gated norm's heads a multiple of 32 values); elsewhere, and with q8, it has no effect.
+  // gated norm's heads a multiple of 32 values); elsewhere it has no effect. Off: f32 (--exact).
   bool i16 = false;
   bool overlap = false;  // may start before the previous kernel ends (launch_kernel in cuda_launch.h)
   // With overlap: let the next kernel launch only once every block has waited for the kernel before
   // (not at its start), so the kernels launched after this one may read what that kernel wrote without
   // waiting (the decode attention's combine reads the layer's input for the output gate).
   bool trigger_after_wait = false;
-  // Matrices too short to fill the GPU with four rows per lane group take two or one (more blocks);
-  // false: always four. Each row's sum is the same either way.
-  bool adapt_rows = true;
   // A single 4-bit matrix of many rows (the lm_head) through gemv_stream where gemv_stream_fits.
   bool stream = false;
 };
@@ -96,18 +88,13 @@ void gemv(const GemvArgs& args, cudaStream_t stream);
 // lets the next kernel start at once: not with trigger_after_wait).
 bool gemv_stream_fits(const GemvArgs& args);
 void gemv_stream(const GemvArgs& args, cudaStream_t stream);
-inline bool gemv_q8_fits(const DeviceMatrix& m) {
-  return m.format == WeightFormat::kAffine4 && m.group_size % 64 == 0 && m.cols % 64 == 0;
-}
 
 // A tile of the grouped GEMM: rows (slots) [begin, end) of group `group`, at most GemmArgs::tile_rows:
-// kGemmTileRows for every kernel, twice that for the 128-output ones, 144 for the wgmma one.
+// kGemmTileRows for both kernels, 128 or 144 for the wgmma one.
 struct GemmTile {
   int32_t group, begin, end;
 };
 inline constexpr int kGemmTileRows = 64;
-
-enum class GemmKernel { kSimple, kPipelined, kWgmma };
 
 struct GemmArgs {
   DeviceMatrix single;                  // the matrix when `table` is null
@@ -136,10 +123,9 @@ struct GemmArgs {
   const GemmTile* tiles = nullptr;      // device tile list, `*tile_count` valid entries
   const int32_t* tile_count = nullptr;  // device
   int64_t max_tiles = 0;                // grid bound for the tile list
-  GemmKernel kernel = GemmKernel::kWgmma;
   // Plain GEMMs: 0 picks the tile's slots by shape, 64, 128 or (the wgmma kernel) 144 or 256 forces them.
-  // Tile lists: the most slots a tile holds, kGemmTileRows, (not for the simple kernel) 128, or (the
-  // wgmma kernel) 144: an expert's rows at a 4096-row chunk, 128 on average, then mostly fit one tile.
+  // Tile lists: the most slots a tile holds, kGemmTileRows, or (the wgmma kernel) 128 or 144: an
+  // expert's rows at a 4096-row chunk, 128 on average, then mostly fit one tile.
   int tile_rows = 0;
   bool overlap = false;  // may start before the previous kernel ends (launch_kernel in cuda_launch.h)
 };
@@ -160,10 +146,10 @@ inline GemmArgs gemm_args(const DeviceMatrix& m, const uint16_t* x, int64_t ldx,
   a.n = n;
   return a;
 }
-// The 128-output kernels alone; gemm() picks them as `kernel` says when part_rows % 128 == 0 (and the
-// wgmma one for every SwiGLU launch).
+// Each kernel alone: gemm() runs the wgmma one when part_rows % 128 == 0 and for every SwiGLU
+// launch, the simple one otherwise.
 void gemm_wgmma(const GemmArgs& args, cudaStream_t stream);
-void gemm_pipelined(const GemmArgs& args, cudaStream_t stream);
+void gemm_simple(const GemmArgs& args, cudaStream_t stream);
 // The bf16 GEMM on TMA copies with both operands of the products in shared memory (gemm_tma_cuda.cu):
 // a plain GEMM of one bf16 matrix (no table, tile list, x_rows or parts). With `act`, the matrix is a
 // SwiGLU pair stacked in 8-row runs (decode_bf16 with `part`), N its rows, a multiple of 128. gemm_wgmma
@@ -178,9 +164,5 @@ bool gemm_tma_fills(int64_t N, int64_t n);
 // SwiGLU pair, written to their stacked copy (2 · m.rows rows at out) in 8-row runs of gate and up rows,
 // the order gemm_tma's SwiGLU epilogue reads.
 void decode_bf16(const DeviceMatrix& m, uint16_t* out, cudaStream_t stream, int part = -1);
-
-// y[t] = W·x[t] for n f32 rows (x [n, W.cols], y [n, W.rows]) with f32 activations and exactly
-// dequantized weights (gemm_f32_cuda.cu): the prefill router in f32 (lever router-bf16 off).
-void gemm_f32(const DeviceMatrix& m, const float* x, int64_t n, float* y, cudaStream_t stream);
 
 }  // namespace qwick::cuda

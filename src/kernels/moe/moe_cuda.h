@@ -87,11 +87,7 @@ struct MoeDecodeArgs {
   // wrote their logits, after which each one-pass block routes them itself (ids and weights then come
   // from its first block). Given to no other call of a decode step (each layer its own).
   unsigned long long* sync = nullptr;
-  // With sync: the shared expert's down rows one a lane group of every one-pass block, before the wait
-  // for the gate|up blocks; false: warp 0 of each block runs them after its routed slot.
-  bool spread_shared = true;
-  bool q8 = false;       // int8 activations into the experts (needs gemv_q8_fits of every expert matrix)
-  bool i16 = false;      // int16 activations into 4-bit experts (GemvArgs::i16); q8 wins
+  bool i16 = false;      // int16 activations into 4-bit experts (GemvArgs::i16)
   bool overlap = false;  // launch_kernel's programmatic dependent launch
 };
 inline constexpr int64_t kMoeSyncWords = 2;  // MoeDecodeArgs::sync's

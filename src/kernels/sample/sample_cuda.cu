@@ -225,7 +225,6 @@ __device__ __forceinline__ int32_t cut_and_draw(const SamplingState& st, float t
 // to finish merges them and chooses (greedy: the argmax, read straight from the merge; otherwise
 // cut_and_draw over the candidates, or over all logits).
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
-  QWICK_TRACE_BLOCK();
   __shared__ float scratch[32];
   __shared__ float sbest[32];
   __shared__ int sbest_i[32];
