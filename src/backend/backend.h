@@ -15,7 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention/attention.h"
+#include "core/kv_dtype.h"
+#include "core/sampling_params.h"
 
 namespace qwick {
 
@@ -32,17 +33,6 @@ struct BackendOptions {
   // Debug switches of the CUDA backend, comma separated (backend/cuda/cuda_options.h lists them;
   // unknown names are an error there). Ignored by the CPU backend.
   std::string cuda_off;
-};
-
-// Token selection done where the logits are (Backend::decode_sampled); 0 / 1 disable a cut. The
-// draws are numbered from the sequence's last prefill, so a prompt sampled again with the same
-// parameters and seed gives the same tokens.
-struct DeviceSampling {
-  float temperature = 0.0f;  // <= 0: greedy
-  int top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  uint64_t seed = 0;
 };
 
 // Bytes a backend holds on its device (all 0 for the CPU backend).
@@ -102,9 +92,12 @@ class Backend {
   // if reuse is to give the same output as a fresh start.
   virtual bool decode_matches_prefill() const = 0;
   // Appends one token and chooses the next one on the device, which also writes it into the next
-  // step's input slot; no logits come back. False when the backend has no such path (the caller
-  // then samples from decode()'s logits).
-  virtual bool decode_sampled(int32_t /*token*/, const DeviceSampling& /*sampling*/, int32_t* /*next*/) {
+  // step's input slot; no logits come back. It applies the cuts, the temperature and the seed of
+  // `sampling` (0 / 1 disable a cut), not its penalties or biases: the caller samples on the host when
+  // those are set. The draws are numbered from the sequence's last prefill, so a prompt sampled again
+  // with the same parameters and seed gives the same tokens. False when the backend has no such path
+  // (the caller then samples from decode()'s logits).
+  virtual bool decode_sampled(int32_t /*token*/, const SamplingParams& /*sampling*/, int32_t* /*next*/) {
     return false;
   }
   virtual BackendMemory memory() const { return {}; }

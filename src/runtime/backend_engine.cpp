@@ -145,7 +145,6 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
     const bool device_sampling = !want_logprobs && sp.repetition_penalty == 1.0f &&
                                  sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f &&
                                  sp.logit_bias.empty();
-    const DeviceSampling ds{sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.seed};
     GeneratedToken generated;
     auto pick = [&] {
       if (!want_logprobs) return sampler.sample(logits_);
@@ -177,7 +176,7 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
       }
       int32_t next = 0;
       live_decoded_ = true;
-      if (device_sampling && backend_.decode_sampled(token, ds, &next)) {
+      if (device_sampling && backend_.decode_sampled(token, sp, &next)) {
         live_.push_back(token);
         token = next;
       } else {

@@ -319,7 +319,7 @@ TEST(CudaBackend, ChunkSizeDoesNotChangeLogits) {
   EXPECT_LT(rel_err(token_scan, chunked), 1.5e-2);
 }
 
-TEST(CudaBackend, DeviceSamplingFollowsTheLogits) {
+TEST(CudaBackend, SamplingParamsFollowsTheLogits) {
   QWICK_REQUIRE_GPU();
   const auto model = load_model(test::fixture("small/mlx4"));
   const Fixture fx("small");
@@ -334,14 +334,14 @@ TEST(CudaBackend, DeviceSamplingFollowsTheLogits) {
   int32_t token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   for (int step = 0; step < 20; ++step) {
     int32_t next = -1;
-    ASSERT_TRUE(sampled->decode_sampled(token, DeviceSampling{}, &next));
+    ASSERT_TRUE(sampled->decode_sampled(token, SamplingParams{}, &next));
     plain->decode(token, logits);
     EXPECT_EQ(next, std::max_element(logits.begin(), logits.end()) - logits.begin()) << "step " << step;
     token = next;
   }
   EXPECT_EQ(sampled->position(), 70);
   // With a temperature the draws stay inside the top-k cut.
-  DeviceSampling s;
+  SamplingParams s;
   s.temperature = 1.0f;
   s.top_k = 5;
   s.seed = 11;
@@ -371,7 +371,7 @@ TEST(CudaBackend, SeededDrawsRepeatAfterPrefill) {
   auto draw = [&](uint64_t seed) {
     backend->reset();
     backend->prefill(prompt, logits, {});
-    DeviceSampling s;
+    SamplingParams s;
     s.temperature = 1.5f;
     s.top_k = 50;
     s.seed = seed;
@@ -407,13 +407,13 @@ TEST(CudaBackend, StepAheadIsDroppedWhenNotWanted) {
   ahead->prefill(prompt, la, {});
   plain->prefill(prompt, lp, {});
   ASSERT_EQ(la, lp);
-  DeviceSampling drawn;
+  SamplingParams drawn;
   drawn.temperature = 1.0f;
   drawn.top_k = 40;
   drawn.seed = 3;
   int32_t token = static_cast<int32_t>(std::max_element(la.begin(), la.end()) - la.begin());
   // `steps` tokens from both, each fed back; returns the last.
-  auto sample = [&](int steps, int32_t first, const DeviceSampling& s) {
+  auto sample = [&](int steps, int32_t first, const SamplingParams& s) {
     int32_t t = first;
     for (int i = 0; i < steps; ++i) {
       int32_t a = -1, p = -1;

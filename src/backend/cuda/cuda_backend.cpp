@@ -122,7 +122,7 @@ class CudaBackend final : public Backend {
     step_.decode(token, logits);
   }
 
-  bool decode_sampled(int32_t token, const DeviceSampling& s, int32_t* next) override {
+  bool decode_sampled(int32_t token, const SamplingParams& s, int32_t* next) override {
     check_tokens(std::span<const int32_t>(&token, 1));
     step_.decode_sampled(token, s, next);
     return true;

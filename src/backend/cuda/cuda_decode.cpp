@@ -39,11 +39,10 @@ void CudaDecodeStep::decode(int32_t token, std::span<float> logits) {
   ctx_.sync();
 }
 
-void CudaDecodeStep::decode_sampled(int32_t token, const DeviceSampling& s, int32_t* next) {
-  if (s.temperature != sampling_.temperature || s.top_k != sampling_.top_k || s.top_p != sampling_.top_p ||
-      s.min_p != sampling_.min_p || s.seed != sampling_.seed) {
+void CudaDecodeStep::decode_sampled(int32_t token, const SamplingParams& s, int32_t* next) {
+  if (!draws_as(sampling_, s)) {
     drop_step_ahead();
-    sampling_ = SamplingState{s.temperature, s.top_k, s.top_p, s.min_p, s.seed, draws_};
+    sampling_ = sampling_state(s, draws_);
     check(cudaMemcpyAsync(ctx_.d.sampling, &sampling_, sizeof sampling_, cudaMemcpyHostToDevice, ctx_.stream),
           "sampling");
     ctx_.sync();  // sampling_ is pageable host memory the copy reads

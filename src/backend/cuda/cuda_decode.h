@@ -36,7 +36,7 @@ class CudaDecodeStep {
   // Appends `token` (checked by the caller) and copies its logits into `logits` [vocab].
   void decode(int32_t token, std::span<float> logits);
   // Appends `token` and returns the token the device chose in *next (Backend::decode_sampled).
-  void decode_sampled(int32_t token, const DeviceSampling& s, int32_t* next);
+  void decode_sampled(int32_t token, const SamplingParams& s, int32_t* next);
 
   // The step decode_sampled launched ahead is not wanted. It runs anyway, but it wrote its DeltaNet
   // states into the set the sequence does not hold and its KV rows past the sequence's end, where the

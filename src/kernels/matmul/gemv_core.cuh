@@ -184,7 +184,7 @@ __device__ __forceinline__ void store_staged(float* s, int64_t i, float4 v) {
 // compiler cannot rule out aliasing), making each batch element a round trip to L2 of its own. (A
 // kernel short of registers passes a smaller batch.)
 //
-// A: the staged form (Act::kI16: n a multiple of 32 and nthreads of 8; kF32 and kQ8 stage f32).
+// A: the staged form (Act::kI16: n a multiple of 32 and nthreads of 8; kF32 stages f32).
 template <int E, int kBatch = 4, bool kL2 = false, Act A = Act::kF32>
 __device__ __forceinline__ void stage_plain(const float* x, int64_t n, float* s, int tid, int nthreads) {
   const int64_t stride = 4 * static_cast<int64_t>(nthreads);

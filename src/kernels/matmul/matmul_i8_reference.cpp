@@ -1,13 +1,13 @@
-// Plain C++ int8-activation matvec: the exact integer sums of matmul_q8.h, then f32 scaling.
+// Plain C++ int8-activation matvec: the exact integer sums of matmul_i8.h, then f32 scaling.
 #include <cmath>
 #include <cstring>
 
 #include "core/numeric.h"
-#include "kernels/matmul/matmul_q8.h"
+#include "kernels/matmul/matmul_i8.h"
 
 namespace qwick {
 
-Q8Activation quantize_activation_q8(const float* x, int64_t cols, float* storage) {
+I8Activation quantize_activation_i8(const float* x, int64_t cols, float* storage) {
   const int64_t n_blocks = cols / 64;
   auto* q = reinterpret_cast<int8_t*>(storage);
   float* d = storage + cols / 4;
@@ -22,18 +22,18 @@ Q8Activation quantize_activation_q8(const float* x, int64_t cols, float* storage
     d[b] = amax / 127.0f;
     sum[b] = s;
     const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int8_t* even = q + q8_half_offset(b, n_blocks, false);
-    int8_t* odd = q + q8_half_offset(b, n_blocks, true);
+    int8_t* even = q + i8_half_offset(b, n_blocks, false);
+    int8_t* odd = q + i8_half_offset(b, n_blocks, true);
     // lrint rounds half to even in the default mode.
     for (int j = 0; j < 32; ++j) {
       even[j] = static_cast<int8_t>(std::lrint(xb[2 * j] * inv));
       odd[j] = static_cast<int8_t>(std::lrint(xb[2 * j + 1] * inv));
     }
   }
-  return Q8Activation{q, d, sum, cols};
+  return I8Activation{q, d, sum, cols};
 }
 
-void matmul_q8_rows_reference(const WeightMatrix& w, const Q8Activation& x, float* y, int64_t row_begin,
+void matmul_i8_rows_reference(const WeightMatrix& w, const I8Activation& x, float* y, int64_t row_begin,
                               int64_t row_end) {
   const int64_t n_blocks = w.cols / 64, blocks_per_group = w.group_size / 64;
   for (int64_t r = row_begin; r < row_end; ++r) {
@@ -42,8 +42,8 @@ void matmul_q8_rows_reference(const WeightMatrix& w, const Q8Activation& x, floa
     const uint8_t* bp = w.biases + static_cast<size_t>(r) * w.group_stride;
     float acc = 0.0f;
     for (int64_t b = 0; b < n_blocks; ++b) {
-      const int8_t* even = x.q + q8_half_offset(b, n_blocks, false);
-      const int8_t* odd = x.q + q8_half_offset(b, n_blocks, true);
+      const int8_t* even = x.q + i8_half_offset(b, n_blocks, false);
+      const int8_t* odd = x.q + i8_half_offset(b, n_blocks, true);
       int32_t dot = 0;
       for (int j = 0; j < 32; ++j) {
         const uint8_t byte = row[b * 32 + j];

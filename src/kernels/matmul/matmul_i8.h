@@ -15,7 +15,7 @@
 //
 // Weights must be affine 4-bit with group_size a multiple of 64. Error against the f32 product is
 // that of 8-bit activations (about 0.5 % of the block's largest |x|·|w| per element, random sign);
-// tests/unit/matmul_q8_test.cpp checks the SIMD kernels against matmul_q8_rows_reference (same
+// tests/unit/matmul_i8_test.cpp checks the SIMD kernels against matmul_i8_rows_reference (same
 // integers, so only f32 rounding differs) and the reference against the f32 matmul.
 #pragma once
 
@@ -26,7 +26,7 @@
 
 namespace qwick {
 
-struct Q8Activation {
+struct I8Activation {
   const int8_t* q = nullptr;   // K bytes in the layout above
   const float* d = nullptr;    // [K / 64] block scales
   const float* sum = nullptr;  // [K / 64] block sums of x
@@ -34,35 +34,35 @@ struct Q8Activation {
 };
 
 // Bytes of q plus floats of d and sum a K-wide activation needs.
-inline size_t q8_activation_floats(int64_t cols) {
+inline size_t i8_activation_floats(int64_t cols) {
   return static_cast<size_t>(cols / 4 + 2 * (cols / 64) + 16);
 }
 // Offset in q of block b's even (odd = false) or odd half, in the layout above.
-inline size_t q8_half_offset(int64_t b, int64_t n_blocks, bool odd) {
+inline size_t i8_half_offset(int64_t b, int64_t n_blocks, bool odd) {
   if (b % 2 == 1 || b + 1 < n_blocks) {  // part of a pair
     const size_t pair = static_cast<size_t>(b / 2) * 128;
     return pair + (odd ? 64 : 0) + (b % 2 == 1 ? 32 : 0);
   }
   return static_cast<size_t>(b) * 64 + (odd ? 32 : 0);  // the lone last block
 }
-// Quantizes x [cols] (cols a multiple of 64) into `storage` (q8_activation_floats floats, 64-byte
+// Quantizes x [cols] (cols a multiple of 64) into `storage` (i8_activation_floats floats, 64-byte
 // aligned) and returns the view. The AVX-512 version gives the same q and d; its block sums add in
 // another order (f32 rounding apart, equal).
-using Q8QuantizeFn = Q8Activation (*)(const float* x, int64_t cols, float* storage);
-Q8Activation quantize_activation_q8(const float* x, int64_t cols, float* storage);
-Q8Activation quantize_activation_q8_avx512(const float* x, int64_t cols, float* storage);
+using I8QuantizeFn = I8Activation (*)(const float* x, int64_t cols, float* storage);
+I8Activation quantize_activation_i8(const float* x, int64_t cols, float* storage);
+I8Activation quantize_activation_i8_avx512(const float* x, int64_t cols, float* storage);
 
 // y[r] = W[r]·x for r in [row_begin, row_end). Requires w.format == kAffine4, group_size % 64 == 0.
-using Q8RowsFn = void (*)(const WeightMatrix& w, const Q8Activation& x, float* y, int64_t row_begin,
+using I8RowsFn = void (*)(const WeightMatrix& w, const I8Activation& x, float* y, int64_t row_begin,
                           int64_t row_end);
-void matmul_q8_rows_reference(const WeightMatrix& w, const Q8Activation& x, float* y, int64_t row_begin,
+void matmul_i8_rows_reference(const WeightMatrix& w, const I8Activation& x, float* y, int64_t row_begin,
                               int64_t row_end);
-void matmul_q8_rows_avx2(const WeightMatrix& w, const Q8Activation& x, float* y, int64_t row_begin,
+void matmul_i8_rows_avx2(const WeightMatrix& w, const I8Activation& x, float* y, int64_t row_begin,
                          int64_t row_end);
-void matmul_q8_rows_avx512(const WeightMatrix& w, const Q8Activation& x, float* y, int64_t row_begin,
+void matmul_i8_rows_avx512(const WeightMatrix& w, const I8Activation& x, float* y, int64_t row_begin,
                            int64_t row_end);
 
-inline bool q8_supported(const WeightMatrix& w) {
+inline bool i8_supported(const WeightMatrix& w) {
   return w.format == WeightFormat::kAffine4 && w.group_size % 64 == 0;
 }
 

@@ -1,4 +1,4 @@
-// The int8-activation matvec (matmul_q8.h): the SIMD kernels against the plain reference (the same
+// The int8-activation matvec (matmul_i8.h): the SIMD kernels against the plain reference (the same
 // integer sums, so they may differ only by f32 rounding), and the reference against the f32 matmul
 // within the bound the activation rounding allows: |Δy_r| <= Σ_i |w_ri| · d_b(i) / 2.
 #include <gtest/gtest.h>
@@ -44,7 +44,7 @@ struct Affine4 {
   }
 };
 
-TEST(MatmulQ8, KernelsMatchReferenceAndReferenceIsBounded) {
+TEST(MatmulI8, KernelsMatchReferenceAndReferenceIsBounded) {
   uint64_t seed = 1;
   for (int group : {64, 128}) {
     for (int64_t cols : {64, 128, 192, 320, 2048, 4096, 8192 + 128}) {
@@ -56,11 +56,11 @@ TEST(MatmulQ8, KernelsMatchReferenceAndReferenceIsBounded) {
         std::vector<float> x(static_cast<size_t>(cols));
         for (float& v : x) v = normal(rng) * (rng() % 7 == 0 ? 20.0f : 1.0f);  // some outliers
         if (cols >= 128) std::fill(x.begin() + 64, x.begin() + 128, 0.0f);     // an all-zero block
-        AlignedBuffer<float> storage(q8_activation_floats(cols));
-        const Q8Activation act = quantize_activation_q8(x.data(), cols, storage.data());
+        AlignedBuffer<float> storage(i8_activation_floats(cols));
+        const I8Activation act = quantize_activation_i8(x.data(), cols, storage.data());
 
         std::vector<float> ref_all(static_cast<size_t>(rows), NAN);
-        matmul_q8_rows_reference(m.w, act, ref_all.data(), 0, rows);
+        matmul_i8_rows_reference(m.w, act, ref_all.data(), 0, rows);
 
         // Against the f32 product, within the activation-rounding bound.
         std::vector<float> exact(static_cast<size_t>(rows)), row(static_cast<size_t>(cols));
@@ -84,7 +84,7 @@ TEST(MatmulQ8, KernelsMatchReferenceAndReferenceIsBounded) {
           if (static_cast<int>(level) > static_cast<int>(detected_simd_level())) continue;
           std::vector<float> got(static_cast<size_t>(rows), NAN);
           const int64_t r0 = rows > 2 ? 1 : 0, r1 = rows > 2 ? rows - 1 : rows;
-          matmul_q8_kernel(level)(m.w, act, got.data(), r0, r1);
+          matmul_i8_kernel(level)(m.w, act, got.data(), r0, r1);
           for (int64_t r = 0; r < rows; ++r) {
             if (r < r0 || r >= r1) {
               EXPECT_TRUE(std::isnan(got[static_cast<size_t>(r)])) << "row outside the range was written";
@@ -106,20 +106,20 @@ TEST(MatmulQ8, KernelsMatchReferenceAndReferenceIsBounded) {
 
 // The SIMD quantizer against the plain one: the same integers and scales (the kernels' integer sums
 // then agree exactly), block sums equal up to the order of the additions.
-TEST(MatmulQ8, QuantizersAgree) {
+TEST(MatmulI8, QuantizersAgree) {
   std::mt19937_64 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int64_t cols : {64, 128, 192, 320, 2048, 4096 + 64}) {
     std::vector<float> x(static_cast<size_t>(cols));
     for (float& v : x) v = normal(rng) * (rng() % 7 == 0 ? 20.0f : 1.0f);
     if (cols >= 128) std::fill(x.begin() + 64, x.begin() + 128, 0.0f);  // an all-zero block
-    AlignedBuffer<float> want_storage(q8_activation_floats(cols));
-    const Q8Activation want = quantize_activation_q8(x.data(), cols, want_storage.data());
+    AlignedBuffer<float> want_storage(i8_activation_floats(cols));
+    const I8Activation want = quantize_activation_i8(x.data(), cols, want_storage.data());
     for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
       if (static_cast<int>(level) > static_cast<int>(detected_simd_level())) continue;
       SCOPED_TRACE(std::string(simd_level_name(level)) + " cols " + std::to_string(cols));
-      AlignedBuffer<float> storage(q8_activation_floats(cols));
-      const Q8Activation got = q8_quantizer(level)(x.data(), cols, storage.data());
+      AlignedBuffer<float> storage(i8_activation_floats(cols));
+      const I8Activation got = i8_quantizer(level)(x.data(), cols, storage.data());
       ASSERT_EQ(std::memcmp(got.q, want.q, static_cast<size_t>(cols)), 0);
       for (int64_t b = 0; b < cols / 64; ++b) {
         EXPECT_EQ(got.d[b], want.d[b]);
@@ -131,8 +131,8 @@ TEST(MatmulQ8, QuantizersAgree) {
   }
 }
 
-TEST(MatmulQ8, FastPrecisionPicksTheKernelByShape) {
-  // kFastDecode: a single row against 4-bit weights goes through int8 (matmul_q8.h); against 8-bit
+TEST(MatmulI8, FastPrecisionPicksTheKernelByShape) {
+  // kFastDecode: a single row against 4-bit weights goes through int8 (matmul_i8.h); against 8-bit
   // weights it stays f32. kFastPrefill: bf16 operands on AVX-512 (matmul_bf16.h) for any row count,
   // so a row's result does not depend on the other rows. Each differs from kExact only within its
   // rounding.

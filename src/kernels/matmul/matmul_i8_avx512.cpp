@@ -1,11 +1,11 @@
-// AVX-512 VNNI int8-activation matvec over MLX 4-bit rows (see matmul_q8.h for the layout).
+// AVX-512 VNNI int8-activation matvec over MLX 4-bit rows (see matmul_i8.h for the layout).
 // Four rows at a time share each activation load; per pair of 64-element blocks: one 64-byte weight
 // load, nibble split, two vpdpbusd, one int->float convert and one FMA with the blocks' combined
-// scales (weight scale x activation scale). Checked against matmul_q8_rows_reference; the quantizer
-// at the end against quantize_activation_q8.
+// scales (weight scale x activation scale). Checked against matmul_i8_rows_reference; the quantizer
+// at the end against quantize_activation_i8.
 #include <immintrin.h>
 
-#include "kernels/matmul/matmul_q8.h"
+#include "kernels/matmul/matmul_i8.h"
 #include "kernels/matmul/prefetch_rows.h"
 
 namespace qwick {
@@ -83,7 +83,7 @@ inline float single_block(const uint8_t* w, const int8_t* xq, float sd) {
 
 }  // namespace
 
-void matmul_q8_rows_avx512(const WeightMatrix& w, const Q8Activation& x, float* y, int64_t row_begin,
+void matmul_i8_rows_avx512(const WeightMatrix& w, const I8Activation& x, float* y, int64_t row_begin,
                            int64_t row_end) {
   constexpr int kRows = 4;  // rows sharing each activation load; more rows, more loads in flight
   const int64_t n_blocks = w.cols / 64, n_pairs = n_blocks / 2, per = w.group_size / 64;
@@ -130,7 +130,7 @@ void matmul_q8_rows_avx512(const WeightMatrix& w, const Q8Activation& x, float* 
 // Per 64-element block: four loads, |x| max and sum by reduction, one multiply and a round-to-nearest-
 // even conversion per 16 values (as lrint), the even and odd elements gathered with two-source
 // permutes, then narrowed to int8 (values are within ±127, so the saturation never acts).
-Q8Activation quantize_activation_q8_avx512(const float* x, int64_t cols, float* storage) {
+I8Activation quantize_activation_i8_avx512(const float* x, int64_t cols, float* storage) {
   const int64_t n_blocks = cols / 64;
   auto* q = reinterpret_cast<int8_t*>(storage);
   float* d = storage + cols / 4;
@@ -151,8 +151,8 @@ Q8Activation quantize_activation_q8_avx512(const float* x, int64_t cols, float* 
                   i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv)),
                   i2 = _mm512_cvtps_epi32(_mm512_mul_ps(v2, inv)),
                   i3 = _mm512_cvtps_epi32(_mm512_mul_ps(v3, inv));
-    int8_t* even = q + q8_half_offset(b, n_blocks, false);
-    int8_t* odd = q + q8_half_offset(b, n_blocks, true);
+    int8_t* even = q + i8_half_offset(b, n_blocks, false);
+    int8_t* odd = q + i8_half_offset(b, n_blocks, true);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(even),
                      _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(i0, even_idx, i1)));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(even + 16),
@@ -162,7 +162,7 @@ Q8Activation quantize_activation_q8_avx512(const float* x, int64_t cols, float* 
     _mm_storeu_si128(reinterpret_cast<__m128i*>(odd + 16),
                      _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(i2, odd_idx, i3)));
   }
-  return Q8Activation{q, d, sum, cols};
+  return I8Activation{q, d, sum, cols};
 }
 
 }  // namespace qwick

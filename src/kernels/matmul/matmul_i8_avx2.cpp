@@ -1,10 +1,10 @@
-// AVX2 int8-activation matvec over MLX 4-bit rows (see matmul_q8.h): per 64-element block, nibble
+// AVX2 int8-activation matvec over MLX 4-bit rows (see matmul_i8.h): per 64-element block, nibble
 // split, two u8 x s8 maddubs into s16 (at most 2·15·127·2 = 7620 after the add, no overflow), madd
 // to s32, convert and one FMA with the block's combined scale. Two rows at a time. Checked against
-// matmul_q8_rows_reference.
+// matmul_i8_rows_reference.
 #include <immintrin.h>
 
-#include "kernels/matmul/matmul_q8.h"
+#include "kernels/matmul/matmul_i8.h"
 #include "kernels/matmul/prefetch_rows.h"
 
 namespace qwick {
@@ -42,7 +42,7 @@ inline __m256 block_fma(const uint8_t* w, const int8_t* xe, const int8_t* xo, fl
 
 }  // namespace
 
-void matmul_q8_rows_avx2(const WeightMatrix& w, const Q8Activation& x, float* y, int64_t row_begin,
+void matmul_i8_rows_avx2(const WeightMatrix& w, const I8Activation& x, float* y, int64_t row_begin,
                          int64_t row_end) {
   const int64_t n_blocks = w.cols / 64, per = w.group_size / 64;
   for (int64_t r = row_begin; r < row_end; r += 2) {
