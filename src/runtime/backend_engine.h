@@ -13,7 +13,7 @@
 // sequence: it is a stop token, or it was never decoded), where decode matches prefill. A snapshot
 // is skipped when the cache already holds those tokens. `qwick run` and `qwick chat` run on it too.
 //
-// Tested in tests/unit/backend_engine_test.cpp on a tiny model: identical tokens with and without
+// Tested in tests/server/backend_engine_test.cpp on a tiny model: identical tokens with and without
 // reuse, cached token counts, cancellation, log-probabilities against a softmax of the logits.
 #pragma once
 

@@ -299,7 +299,7 @@ TEST(CudaBackend, PrefillThenDecodeEqualsOnePrefill) {
 
 // Chunks under 128 rows take the DeltaNet token scan, and every such chunking gives the same numbers
 // (bitwise, measured). The chunked form (chunks from 128 rows) sums in another order, ~1e-6 relative
-// on its own (cuda_kernels_test), and where that rounds a GEMM input to another bf16 value the
+// on its own (deltanet_cuda_test.cpp), and where that rounds a GEMM input to another bf16 value the
 // fixture's random weights amplify it: measured 1.065e-2 between chunkings; the bound is the
 // fixture's bf16 error vs the reference (1.5e-2).
 TEST(CudaBackend, ChunkSizeDoesNotChangeLogits) {

@@ -19,7 +19,7 @@
 //                      (attention_prefill_wgmma_cuda.cu), or for head_dim 32 on mma.sync
 //                      (attention_prefill_cuda.cu).
 //
-// Tests: tests/cuda/cuda_kernels_test.cpp (Attention.*) against rms_norm/apply_rope and `attend`.
+// Tests: tests/cuda/attention_cuda_test.cpp (Attention.*) against rms_norm/apply_rope and `attend`.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -16,7 +16,7 @@
 //                     rows are independent, so no block-wide barrier is needed inside the loop.
 // The gated output norm is gated_rms_norm_rows (norm_cuda.h).
 //
-// Tests: tests/cuda/cuda_kernels_test.cpp (DeltaNet.*) against causal_conv_silu, l2_norm,
+// Tests: tests/cuda/deltanet_cuda_test.cpp (DeltaNet.*) against causal_conv_silu, l2_norm,
 // deltanet_gates and deltanet_scan_head, across chunk boundaries and for hundreds of steps.
 #pragma once
 

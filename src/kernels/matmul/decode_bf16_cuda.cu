@@ -10,7 +10,7 @@
 // A thread writes 8 outputs (16 bytes) from one 4-byte word of 4-bit codes, two of 8-bit ones or 16
 // bytes of bf16; the 8 lie in one quantization group (groups are multiples of 32 wide).
 //
-// Tests: tests/cuda/cuda_kernels_test.cpp (Gemm.DecodeBf16MatchesTheKernelsValues) against
+// Tests: tests/cuda/gemm_cuda_test.cpp (Gemm.DecodeBf16MatchesTheKernelsValues) against
 // dequantize_row and through the wgmma kernel; Gemm.TmaMatchesCpu for the SwiGLU order.
 #include "kernels/matmul/dequant.cuh"
 #include "kernels/matmul/gemm_tile.cuh"

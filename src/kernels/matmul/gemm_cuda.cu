@@ -13,7 +13,7 @@
 //   B (16×8, from W[n][k]) b0 = W[g][2t..], b1 = W[g][2t+8..]
 //   C (16×8, f32)          c0,c1 = C[g][2t, 2t+1], c2,c3 = C[g+8][2t, 2t+1]
 //
-// Test: tests/cuda/cuda_kernels_test.cpp (Gemm.*) against matmul_rows_reference on bf16-rounded
+// Test: tests/cuda/gemm_cuda_test.cpp (Gemm.*) against matmul_rows_reference on bf16-rounded
 // inputs, over formats, real and odd shapes, and grouped tile lists.
 #include "kernels/cuda_launch.h"
 #include "kernels/matmul/dequant.cuh"

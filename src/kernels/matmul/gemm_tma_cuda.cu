@@ -16,7 +16,7 @@
 // and is bound by that chain (docs/gpu-notes.md, session 14). A bf16 copy of the dense prefill
 // matrices (2.8 GB for the full model) read through this kernel leaves the warps only the products.
 //
-// Tests: tests/cuda/cuda_kernels_test.cpp (Gemm.TmaMatchesCpu) against the CPU matmul.
+// Tests: tests/cuda/gemm_cuda_test.cpp (Gemm.TmaMatchesCpu) against the CPU matmul.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 

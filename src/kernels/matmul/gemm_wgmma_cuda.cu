@@ -31,8 +31,8 @@
 // The codes become bf16 as decode_bf16 makes them (gemm_tile.cuh: dequant4_pair), so a GEMM over a
 // bf16 copy gives the same W values; only the order of the f32 sums differs.
 //
-// Tests: tests/cuda/cuda_kernels_test.cpp (Gemm.*, Moe.GroupingGroupedGemmAndCombine) run every case
-// through both kernels.
+// Tests: tests/cuda/gemm_cuda_test.cpp (Gemm.*) and moe_cuda_test.cpp
+// (Moe.GroupingGroupedGemmAndCombine) run every case through both kernels.
 #include "kernels/cuda_launch.h"
 #include "kernels/matmul/dequant.cuh"
 #include "kernels/matmul/gemm_epilogue.cuh"

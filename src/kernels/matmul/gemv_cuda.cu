@@ -6,7 +6,7 @@
 // gemv_group_lanes). Large matrices give a block several steps so the staging is shared by more rows. A stack
 // of matrices is laid out as consecutive block ranges, one per problem, so no block idles on a short matrix.
 //
-// Test: tests/cuda/cuda_kernels_test.cpp (Gemv.*) against matmul_rows_reference and the CPU norms.
+// Test: tests/cuda/gemv_cuda_test.cpp (Gemv.*) against matmul_rows_reference and the CPU norms.
 #include "kernels/cuda_launch.h"
 #include "kernels/matmul/gemv_core.cuh"
 

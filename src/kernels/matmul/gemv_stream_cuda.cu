@@ -12,7 +12,7 @@
 // and the sums of dot_rows (gemv_core.cuh) with a whole warp per row. kI16 (GemvArgs::i16): each lane's
 // chunks held in the int16 form instead (quantize_chunk_i16), dp2a dots.
 //
-// Test: tests/cuda/cuda_kernels_test.cpp (Gemv.StreamMatchesCpu) against matmul_rows_reference.
+// Test: tests/cuda/gemv_cuda_test.cpp (Gemv.StreamMatchesCpu) against matmul_rows_reference.
 #include <algorithm>
 #include <type_traits>
 

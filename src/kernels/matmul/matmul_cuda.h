@@ -17,7 +17,7 @@
 //
 // Both take a table of matrices so one launch serves many problems: the routed experts of a decode
 // step (gemv, `index` names each problem's matrix) or the expert groups of a prefill chunk (gemm,
-// a device-built tile list names each tile's group and rows). Tests: tests/cuda/cuda_kernels_test.cpp
+// a device-built tile list names each tile's group and rows). Tests: tests/cuda/gemv_cuda_test.cpp and
 // compares both against matmul_rows_reference over formats, real and odd shapes.
 #pragma once
 

@@ -12,7 +12,7 @@
 //              in a fixed order, so results do not depend on the slot order within a group
 //
 // Expert tables hold 3 matrices per expert (gate, up, down) and the shared expert as entry E.
-// Tests: tests/cuda/cuda_kernels_test.cpp (Moe.*) against route_token and the CPU moe_forward,
+// Tests: tests/cuda/moe_cuda_test.cpp (Moe.*) against route_token and the CPU moe_forward,
 // including routings where every token picks the same experts and most experts get no rows.
 #pragma once
 

@@ -18,7 +18,7 @@
 //          itself each block routes the logits itself (no last router block, no published routing); the
 //          down rows' weights are requested while the gate|up rows finish; the shared expert's down rows
 //          are spread over every warp but the one that polls for that wait, ahead of it.
-// Test: tests/cuda/cuda_kernels_test.cpp (Moe.DecodeMatchesCpu) against the CPU moe_forward.
+// Test: tests/cuda/moe_cuda_test.cpp (Moe.DecodeMatchesCpu) against the CPU moe_forward.
 #include <algorithm>
 
 #include "kernels/cuda_launch.h"

@@ -20,7 +20,7 @@
 // global top-k keeps is among them, so the last block cuts and draws over those few thousand instead of
 // bisecting the whole vocabulary in one block (~1.4 ms a token at top-k 20, top-p 0.95: 64 passes over
 // 248K logits). Where a block's ties overflow its room, or top-k keeps every finite token, the last
-// block takes the whole vocabulary as before. Tests: tests/cuda/cuda_kernels_test.cpp (Sample.*).
+// block takes the whole vocabulary as before. Tests: tests/cuda/sample_cuda_test.cpp (Sample.*).
 #pragma once
 
 #include <cuda_runtime.h>
