@@ -18,8 +18,8 @@
 #include "backend/cuda/device_buffer.h"
 #include "core/error.h"
 #include "graph_timing.h"
-#include "kernels/cuda_launch.h"
-#include "kernels/matmul/matmul_cuda.h"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/matmul_cuda/matmul_cuda.h"
 #include "kernels/moe/moe_cuda.h"
 
 namespace qwick::cuda {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_launch.h"
 #include "model/weight_matrix.h"
 
 namespace qwick::test {

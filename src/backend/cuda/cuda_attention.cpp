@@ -6,7 +6,7 @@
 
 #include "backend/cuda/cuda_layers.h"
 #include "kernels/attention/attention_cuda.h"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_launch.h"
 
 namespace qwick::cuda {
 

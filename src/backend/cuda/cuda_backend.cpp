@@ -23,7 +23,7 @@
 #include "backend/cuda/cuda_layers.h"
 #include "backend/cuda/cuda_state.h"
 #include "core/error.h"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_launch.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/norm/norm_cuda.h"
 #include "model/model.h"

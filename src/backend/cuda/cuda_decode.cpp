@@ -3,7 +3,7 @@
 #include <variant>
 
 #include "backend/cuda/cuda_layers.h"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_launch.h"
 #include "kernels/norm/norm_cuda.h"
 
 namespace qwick::cuda {

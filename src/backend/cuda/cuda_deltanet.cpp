@@ -2,7 +2,7 @@
 // projections, the causal conv, the gates, the recurrence (deltanet_cuda.h, deltanet_chunked_cuda.h),
 // the gated output norm and the output projection added to the residual.
 #include "backend/cuda/cuda_layers.h"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_launch.h"
 #include "kernels/deltanet/deltanet_chunked_cuda.h"
 #include "kernels/deltanet/deltanet_cuda.h"
 #include "kernels/norm/norm_cuda.h"

@@ -11,7 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_layers.h"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_launch.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/norm/norm_cuda.h"
 

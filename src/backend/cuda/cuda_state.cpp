@@ -1,6 +1,6 @@
 #include "backend/cuda/cuda_state.h"
 
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_launch.h"
 
 namespace qwick::cuda {
 

@@ -26,7 +26,7 @@
 
 #include <cstdint>
 
-#include "kernels/matmul/matmul_cuda.h"
+#include "kernels/matmul_cuda/matmul_cuda.h"
 
 namespace qwick::cuda {
 

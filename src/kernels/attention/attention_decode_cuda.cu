@@ -28,10 +28,10 @@
 // of them (which then fills the GPU in one wave).
 #include "kernels/attention/attention_decode.cuh"
 #include "kernels/attention/kv_q8.h"
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
-#include "kernels/matmul/gemv_core.cuh"
-#include "kernels/tensor_core.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/tensor_core.cuh"
+#include "kernels/matmul_cuda/gemv_core.cuh"
 
 #include <cuda_fp16.h>
 

@@ -13,13 +13,13 @@
 //   online softmax  row max/sum across the 4 lanes sharing a row (shuffles), rescale O
 //   O += P·V        P re-packed from the S accumulators into A fragments (registers only)
 // Rows past the chunk load zeros and are not written. The sigmoid output gate is applied at the end.
-// Fragment layouts as in kernels/matmul/gemm_cuda.cu.
+// Fragment layouts as in kernels/matmul_cuda/gemm_cuda.cu.
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/attention/attention_prefill_out.cuh"
 #include "kernels/attention/attention_prefill_wgmma.h"
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
-#include "kernels/tensor_core.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/tensor_core.cuh"
 
 namespace qwick::cuda {
 namespace {

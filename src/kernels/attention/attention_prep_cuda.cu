@@ -11,8 +11,8 @@
 // KvCache codes them (kv_q8.h), each row's scale from the warp's maximum.
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/attention/kv_q8.h"
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
 
 namespace qwick::cuda {
 namespace {

@@ -1,10 +1,10 @@
 // Gated DeltaNet stages on the GPU (contracts and layouts in deltanet_cuda.h).
 #include <algorithm>
 
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
 #include "kernels/deltanet/deltanet_cuda.h"
-#include "kernels/matmul/gemv_core.cuh"
+#include "kernels/matmul_cuda/gemv_core.cuh"
 
 namespace qwick::cuda {
 namespace {

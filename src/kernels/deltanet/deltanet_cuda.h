@@ -24,7 +24,7 @@
 
 #include <cstdint>
 
-#include "kernels/matmul/matmul_cuda.h"
+#include "kernels/matmul_cuda/matmul_cuda.h"
 
 namespace qwick::cuda {
 

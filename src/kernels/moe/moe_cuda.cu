@@ -1,8 +1,8 @@
 // MoE routing, grouping, SwiGLU and the weighted combine on the GPU (contracts in moe_cuda.h).
 #include <algorithm>
 
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/route_warp.cuh"
 

@@ -21,8 +21,8 @@
 // Test: tests/cuda/moe_cuda_test.cpp (Moe.DecodeMatchesCpu) against the CPU moe_forward.
 #include <algorithm>
 
-#include "kernels/cuda_launch.h"
-#include "kernels/matmul/gemv_core.cuh"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/matmul_cuda/gemv_core.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/route_warp.cuh"
 

@@ -1,6 +1,6 @@
 // RMSNorm, gated RMSNorm and the embedding lookup on the GPU (contracts in norm_cuda.h).
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
 #include "kernels/norm/norm_cuda.h"
 
 namespace qwick::cuda {

@@ -1,8 +1,8 @@
 // Token selection on the GPU (contract in sample_cuda.h).
 #include <algorithm>
 
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
 #include "kernels/sample/sample_cuda.h"
 
 namespace qwick::cuda {

@@ -33,11 +33,11 @@
 //
 // Tests: tests/cuda/gemm_cuda_test.cpp (Gemm.*) and moe_cuda_test.cpp
 // (Moe.GroupingGroupedGemmAndCombine) run every case through both kernels.
-#include "kernels/cuda_launch.h"
-#include "kernels/matmul/dequant.cuh"
-#include "kernels/matmul/gemm_epilogue.cuh"
-#include "kernels/matmul/gemm_tile.cuh"
-#include "kernels/warpgroup_mma.cuh"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/warpgroup_mma.cuh"
+#include "kernels/matmul_cuda/dequant.cuh"
+#include "kernels/matmul_cuda/gemm_epilogue.cuh"
+#include "kernels/matmul_cuda/gemm_tile.cuh"
 
 namespace qwick::cuda {
 namespace {

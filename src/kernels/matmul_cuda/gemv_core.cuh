@@ -23,7 +23,7 @@
 // about max|x|/65534 of its own.
 #pragma once
 
-#include "kernels/matmul/dequant.cuh"
+#include "kernels/matmul_cuda/dequant.cuh"
 
 namespace qwick::cuda {
 

@@ -3,10 +3,10 @@
 // slice staged next to the codes, decoding 4-bit codes into bf16 pairs, and the f32 output store.
 #pragma once
 
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
-#include "kernels/matmul/matmul_cuda.h"
-#include "kernels/tensor_core.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/tensor_core.cuh"
+#include "kernels/matmul_cuda/matmul_cuda.h"
 
 namespace qwick::cuda {
 

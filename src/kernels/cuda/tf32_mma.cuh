@@ -9,7 +9,7 @@
 // loads took four, and one address per lane.
 #pragma once
 
-#include "kernels/tensor_core.cuh"
+#include "kernels/cuda/tensor_core.cuh"
 
 namespace qwick::cuda {
 

@@ -5,7 +5,7 @@
 // part, so the epilogue synchronizes on a named barrier of its 256 threads, not on __syncthreads.
 #pragma once
 
-#include "kernels/matmul/gemm_tile.cuh"
+#include "kernels/matmul_cuda/gemm_tile.cuh"
 
 namespace qwick::cuda {
 

@@ -25,7 +25,7 @@ inline bool aligned16(const void* p) {
 
 // kernel<<<grid, block, smem, stream>>>(args...); with `overlap`, as a programmatic dependent launch:
 // the kernel may start while the previous kernel on the stream still runs, so it must call
-// wait_for_previous_kernel() (matmul/gemv_core.cuh) before it reads anything earlier kernels wrote.
+// wait_for_previous_kernel() (matmul_cuda/gemv_core.cuh) before it reads anything earlier kernels wrote.
 // Kept in a CUDA graph when captured. Checked like check_launch.
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,

@@ -5,9 +5,9 @@
 
 #include <type_traits>
 
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
-#include "kernels/matmul/matmul_cuda.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/matmul_cuda/matmul_cuda.h"
 
 namespace qwick::cuda {
 

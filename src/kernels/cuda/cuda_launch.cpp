@@ -1,4 +1,4 @@
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_launch.h"
 
 #include "core/error.h"
 

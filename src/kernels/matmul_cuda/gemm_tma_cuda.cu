@@ -20,11 +20,11 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
-#include "kernels/cuda_launch.h"
-#include "kernels/matmul/gemm_epilogue.cuh"
-#include "kernels/tensor_core.cuh"
-#include "kernels/tma.cuh"
-#include "kernels/warpgroup_mma.cuh"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/tensor_core.cuh"
+#include "kernels/cuda/tma.cuh"
+#include "kernels/cuda/warpgroup_mma.cuh"
+#include "kernels/matmul_cuda/gemm_epilogue.cuh"
 
 namespace qwick::cuda {
 namespace {

@@ -16,9 +16,9 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "kernels/cuda_launch.h"
-#include "kernels/matmul/gemv_core.cuh"
-#include "kernels/tensor_core.cuh"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/tensor_core.cuh"
+#include "kernels/matmul_cuda/gemv_core.cuh"
 
 namespace qwick::cuda {
 namespace {

@@ -12,8 +12,8 @@
 //
 // Tests: tests/cuda/gemm_cuda_test.cpp (Gemm.DecodeBf16MatchesTheKernelsValues) against
 // dequantize_row and through the wgmma kernel; Gemm.TmaMatchesCpu for the SwiGLU order.
-#include "kernels/matmul/dequant.cuh"
-#include "kernels/matmul/gemm_tile.cuh"
+#include "kernels/matmul_cuda/dequant.cuh"
+#include "kernels/matmul_cuda/gemm_tile.cuh"
 
 namespace qwick::cuda {
 namespace {

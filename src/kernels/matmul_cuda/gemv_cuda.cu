@@ -7,8 +7,8 @@
 // of matrices is laid out as consecutive block ranges, one per problem, so no block idles on a short matrix.
 //
 // Test: tests/cuda/gemv_cuda_test.cpp (Gemv.*) against matmul_rows_reference and the CPU norms.
-#include "kernels/cuda_launch.h"
-#include "kernels/matmul/gemv_core.cuh"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/matmul_cuda/gemv_core.cuh"
 
 namespace qwick::cuda {
 namespace {

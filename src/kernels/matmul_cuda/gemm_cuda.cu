@@ -15,9 +15,9 @@
 //
 // Test: tests/cuda/gemm_cuda_test.cpp (Gemm.*) against matmul_rows_reference on bf16-rounded
 // inputs, over formats, real and odd shapes, and grouped tile lists.
-#include "kernels/cuda_launch.h"
-#include "kernels/matmul/dequant.cuh"
-#include "kernels/matmul/gemm_tile.cuh"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/matmul_cuda/dequant.cuh"
+#include "kernels/matmul_cuda/gemm_tile.cuh"
 
 namespace qwick::cuda {
 namespace {
