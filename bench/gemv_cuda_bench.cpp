@@ -18,8 +18,8 @@
 #include "backend/cuda/device_buffer.h"
 #include "core/error.h"
 #include "graph_timing.h"
-#include "kernels/cuda_launch.h"
-#include "kernels/matmul/matmul_cuda.h"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/matmul_cuda/matmul_cuda.h"
 #include "kernels/moe/moe_cuda.h"
 
 namespace qwick::cuda {
@@ -117,13 +117,11 @@ int run(int reps) {
               "MB", "GB/s");
   struct Variant {
     const char* name;
-    bool overlap, q8, i16;
+    bool overlap, i16;
   };
-  for (auto [title, overlap, q8, i16] :
-       {Variant{"plain launch, f32 activations", false, false, false},
-        Variant{"programmatic launch, f32 activations", true, false, false},
-        Variant{"programmatic launch, int8 activations", true, true, false},
-        Variant{"programmatic launch, int16 activations", true, false, true}}) {
+  for (auto [title, overlap, i16] : {Variant{"plain launch, f32 activations", false, false},
+                                     Variant{"programmatic launch, f32 activations", true, false},
+                                     Variant{"programmatic launch, int16 activations", true, true}}) {
     std::printf("| %-44s |           |          |          |\n", title);
     {  // lm_head with the final norm fused
       Matrix w = affine(248320, H, 4);
@@ -137,7 +135,6 @@ int run(int reps) {
       a.norm_weight = reinterpret_cast<const float*>(norm.data());
       a.eps = 1e-6f;
       a.overlap = overlap;
-      a.q8 = q8;
       a.i16 = i16;
       row("lm_head 248320x2048 q4, RMSNorm",
           time_per_call_us(reps, 1, [&](int, cudaStream_t st) { gemv(a, st); }),
@@ -175,7 +172,6 @@ int run(int reps) {
       a.norm_weight = reinterpret_cast<const float*>(norm.data());
       a.eps = 1e-6f;
       a.overlap = overlap;
-      a.q8 = q8;
       a.i16 = i16;
       row(stack.name,
           time_per_call_us(reps, copies,
@@ -207,7 +203,6 @@ int run(int reps) {
                              a.y = yp;
                              a.accumulate = true;
                              a.overlap = overlap;
-                             a.q8 = q8;
                              a.i16 = i16;
                              gemv(a, st);
                            }),
@@ -263,7 +258,6 @@ int run(int reps) {
                              a.weights = reinterpret_cast<float*>(weights.data());
                              a.counter = reinterpret_cast<int32_t*>(counter.data());
                              a.act = reinterpret_cast<float*>(act.data());
-                             a.q8 = q8;
                              a.i16 = i16;
                              a.overlap = overlap;
                              moe_decode(a, st);

@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_launch.h"
 
 namespace qwick::cuda {
 

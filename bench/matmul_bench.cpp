@@ -59,7 +59,7 @@ void BM_Affine4(benchmark::State& state) {
                                                  benchmark::Counter::kIsRate);
 }
 
-void BM_Affine4Q8(benchmark::State& state) {
+void BM_Affine4I8(benchmark::State& state) {
   const auto level = static_cast<SimdLevel>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2);
   const int64_t bytes_per = rows * cols / 2;
@@ -67,9 +67,9 @@ void BM_Affine4Q8(benchmark::State& state) {
   std::vector<Weights> mats;
   for (int i = 0; i < copies; ++i) mats.emplace_back(rows, cols);
   std::vector<float> x(static_cast<size_t>(cols), 0.5f), y(static_cast<size_t>(rows));
-  AlignedBuffer<float> storage(q8_activation_floats(cols));
-  const Q8Activation act = quantize_activation_q8(x.data(), cols, storage.data());
-  const Q8RowsFn kernel = matmul_q8_kernel(level);
+  AlignedBuffer<float> storage(i8_activation_floats(cols));
+  const I8Activation act = quantize_activation_i8(x.data(), cols, storage.data());
+  const I8RowsFn kernel = matmul_i8_kernel(level);
   int i = 0;
   for (auto _ : state) {
     kernel(mats[static_cast<size_t>(i++ % copies)].w, act, y.data(), 0, rows);
@@ -79,7 +79,7 @@ void BM_Affine4Q8(benchmark::State& state) {
   state.counters["GB/s"] = benchmark::Counter(weight_bytes * static_cast<double>(state.iterations()) / 1e9,
                                               benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_Affine4Q8)->ArgsProduct({{0, 1, 2}, {512}, {2048}})->Args({2, 2048, 512})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Affine4I8)->ArgsProduct({{0, 1, 2}, {512}, {2048}})->Args({2, 2048, 512})->Unit(benchmark::kMicrosecond);
 
 // level, rows, cols, n: expert gate/up [512, 2048], expert down [2048, 512], qkv [8192, 2048].
 BENCHMARK(BM_Affine4)

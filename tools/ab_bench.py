@@ -6,8 +6,8 @@ variant's median over the rounds, every round's value, and the change against th
   tools/ab_bench.py [--rounds N] [--out DIR] VARIANT... -- BENCH ARGS...
 
 A VARIANT is NAME=COMMAND: a qwick binary and any arguments of that variant alone, e.g.
-  base=.cuda/base/qwick  next=.cuda/bin/qwick  "no-pdl=.cuda/bin/qwick --cuda-off prefill-overlap"
-and, before the binary, environment variables of that variant alone: "int8=QWICK_CUDA_INT8=1 ./qwick".
+  base=.cuda/base/qwick  next=.cuda/bin/qwick  "no-pdl=.cuda/bin/qwick --cuda-off overlap"
+and, before the binary, environment variables of that variant alone: "no-graph=QWICK_CUDA_OFF=graph ./qwick".
 BENCH ARGS go to every variant's `qwick bench` (model, device, lengths, repetitions). Each run's
 --json lands in DIR (default $OUT or ab-out) as NAME.rK.json, its output as NAME.rK.txt.
 """

@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
 # Decode measurements on the GPU machine in one run: the full-size model, the kernel timeline of one
-# decode step (tools/kernel_trace), the launch-chain and GEMV benches, then decode at a few lengths with
+# decode step (tools/kernel_trace), the GEMV bench, then decode at a few lengths with
 # every lever on and once per lever switched off (--cuda-off), for the ablation table in
 # docs/performance.md.
 #   tools/gpu_decode.sh BIN_DIR [LENGTHS] [LEVERS]
-# BIN_DIR holds qwick and optionally cuda_kernels_test, cuda_backend_test, gemv_cuda_bench,
-# launch_chain_cuda_bench, libqwick_kernel_trace.so and qwick-trace (a -DQWICK_BLOCK_TRACE=ON build of
-# qwick: one decode step's blocks at 4K, tools/block_trace_summary.py) (built here or carried; a lib/
-# beside them is put on LD_LIBRARY_PATH). LENGTHS default 512,4K,32K; LEVERS (space separated) default
-# none.
+# BIN_DIR holds qwick and optionally cuda_kernels_test, cuda_backend_test, gemv_cuda_bench and
+# libqwick_kernel_trace.so (built here or carried; a lib/ beside them is put on LD_LIBRARY_PATH).
+# LENGTHS default 512,4K,32K; LEVERS (space separated) default none.
 # QWICK_KERNEL_FILTER: a gtest filter for cuda_kernels_test.
 # Logs go to $OUT (default gpu-out); a short summary is printed last.
 set -uo pipefail
@@ -36,14 +34,6 @@ if [[ -f "$bin/libqwick_kernel_trace.so" ]]; then  # one decode step's kernels a
     --decode-tokens 16 --pp 0 --tg 0 >"$out/trace_4k.txt" 2>&1
   echo "trace rc=$? ($(($(stamp) - s)) s)"
 fi
-if [[ -x "$bin/qwick-trace" ]]; then  # every block of one decode step at 4K context
-  s=$(stamp)
-  QWICK_BLOCK_TRACE=$out/blocks_4k.tsv "$bin/qwick-trace" bench -m "$model" --device cuda --lengths 4K \
-    --prefill-reps 1 --decode-reps 1 --decode-tokens 8 --pp 0 --tg 0 >"$out/blocks_4k.txt" 2>&1
-  echo "block trace rc=$? ($(($(stamp) - s)) s)"
-  python3 "$(dirname "$0")/block_trace_summary.py" "$out/blocks_4k.tsv" --launches >"$out/blocks_4k_summary.md"
-fi
-[[ -x "$bin/launch_chain_cuda_bench" ]] && "$bin/launch_chain_cuda_bench" >"$out/launch_chain.txt" 2>&1
 [[ -x "$bin/gemv_cuda_bench" ]] && "$bin/gemv_cuda_bench" >"$out/gemv_bench.txt" 2>&1
 
 for rep in 1 2; do bench "all_on_$rep"; done
@@ -52,8 +42,6 @@ for lever in $levers; do bench "off_$lever" --cuda-off "$lever"; done
 echo
 [[ -f "$out/trace_4k.txt" ]] && grep -A40 "^kernel_trace" "$out/trace_4k.txt" | head -42
 [[ -f "$out/trace_4k.tsv" ]] && python3 "$(dirname "$0")/kernel_trace/split_by_layer.py" "$out/trace_4k.tsv"
-[[ -f "$out/blocks_4k_summary.md" ]] && sed -n '/^Step:/,$p' "$out/blocks_4k_summary.md"
-[[ -f "$out/launch_chain.txt" ]] && cat "$out/launch_chain.txt"
 [[ -f "$out/gemv_bench.txt" ]] && tail -25 "$out/gemv_bench.txt"
 for f in "$out"/bench_*.txt; do
   echo "== $(basename "$f" .txt)"

@@ -4,12 +4,12 @@
 # per lever switched off (--cuda-off), for the ablation table in docs/performance.md.
 #   tools/gpu_prefill.sh BIN_DIR [LENGTHS] [LEVERS]
 # BIN_DIR holds qwick and optionally cuda_kernels_test and cuda_backend_test (built here or carried; a
-# lib/ beside them is put on LD_LIBRARY_PATH). LENGTHS default 512,4K,32K; LEVERS (space separated)
-# default every prefill lever.
+# lib/ beside them is put on LD_LIBRARY_PATH). LENGTHS default 512,4K,32K; LEVERS (space separated
+# --cuda-off names, backend/cuda/cuda_options.h) default the one that acts on prefill, overlap.
 # Logs go to $OUT (default gpu-out); a short summary is printed last.
 set -uo pipefail
 lengths=${2:-512,4K,32K}
-levers=${3:-wgmma gemm router-bf16 chunked-scan conv attention-wgmma attention-pipeline attention down-bf16 deltanet-in-bf16 in-proj-stack expert-tiles-144 shared-overlap prefill-overlap combine-norm dense-bf16}
+levers=${3:-overlap}
 source "$(dirname "$0")/gpu_env.sh" "$1"
 
 gpu_test cuda_kernels_test

@@ -28,7 +28,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/attention/attention.h"
+#include "core/kv_dtype.h"
+#include "core/sampling_params.h"
 
 namespace qwick {
 
@@ -39,53 +40,15 @@ struct BackendOptions {
   int64_t max_context = 0;            // 0 = the model's max_position_embeddings
   KvDtype kv_dtype = KvDtype::kBF16;  // attention KV cache element type (the CUDA backend: bf16 or q8)
   // f32 activations in every decode matrix product (the reference numerics). Off, the CPU's products
-  // against 4-bit weights quantize the activation to int8 per 64 values (decode's fast path); on
-  // CUDA that takes device_int8 as well.
+  // against 4-bit weights quantize the activation to int8 per 64 values and the CUDA decode's to
+  // int16 per 32 (decode's fast paths).
   bool exact = false;
-  // int8 activations into the CUDA decode's 4-bit GEMVs (dp4a). Off by default: the lm_head alone runs
-  // 24% faster, but no end-to-end decode gain was measured yet, and it moves the logits
-  // (docs/gpu-notes.md).
-  bool device_int8 = false;
-  // CUDA optimizations to switch off, comma separated, for ablations (unknown names are an error).
-  // Decode: "graph" (launch each step's kernels instead of replaying one CUDA graph), "step-ahead"
-  // (decode_sampled waits for each step's token before launching the next), "fusion" (norms,
-  // routing, SwiGLU, the expert combine and the DeltaNet prep as kernels of their own), "overlap" (no
-  // programmatic dependent launch), "carry-z" (the DeltaNet z projection in the input projections' GEMV
-  // instead of in the decode step's launch), "moe-one-pass" (the MoE's routed gate|up and down as two
-  // launches instead of one), "lm-head-stream" (the lm_head on the register-streaming
-  // GEMV instead of tiles copied into shared memory). Prefill: "gemm" (the simple GEMM
-  // kernel instead of the pipelined one), "conv" (DeltaNet conv walking the rows of a chunk in turn),
-  // "router-bf16" (the router from f32 inputs instead of bf16 ones), "router" (the f32 router as a GEMV per
-  // row instead of one f32 GEMM from 1K-row chunks), "attention-wgmma" (flash prefill on mma.sync instead of
-  // warpgroup products, each head loading its own key tiles), "attention-pipeline" (the mma.sync flash
-  // prefill loading each key tile, then computing it, instead of streaming the next one in meanwhile),
-  // "attention" (the first flash prefill: also V transposed at load instead of read with
-  // ldmatrix.trans), "chunked-scan" (the DeltaNet token scan for every chunk instead of the chunked WY
-  // form from 64 rows on), "down-bf16" (the routed experts' down projection written in f32 instead of
-  // bf16 for the combine), "deltanet-in-bf16" (the DeltaNet input projections written in f32 instead
-  // of bf16 for the conv, gates and gated norm), "in-proj-stack" (the mixer's input projections as one GEMM
-  // per matrix instead of one over their stacked rows), "expert-tiles-144" (expert groups in tiles of 128
-  // slots instead of 144), "shared-overlap" (the shared expert on the main stream instead of beside the
-  // routed experts), "prefill-overlap" (prefill's kernels launched plainly instead of as programmatic
-  // dependent launches, from 2K-row chunks), "combine-norm" (the next layer's input RMSNorm as a kernel of
-  // its own instead of in the MoE combine), "dense-bf16" (no bf16 copies of the mixers' and the shared
-  // expert's matrices: their prefill GEMMs decode the 4-bit codes in the wgmma kernel instead of reading
-  // bf16 through gemm_tma, and the 2.8 GB of copies are not made).
+  // Debug switches of the CUDA backend, comma separated (backend/cuda/cuda_options.h lists them;
+  // unknown names are an error there). Ignored by the CPU backend.
   std::string cuda_off;
   // Run the model's MTP head beside the main model (Backend::has_draft_head): its cache fills while
   // the sequence advances, one extra layer a token. Error when the model has no head.
   bool mtp = false;
-};
-
-// Token selection done where the logits are (Backend::decode_sampled); 0 / 1 disable a cut. The
-// draws are numbered from the sequence's last prefill, so a prompt sampled again with the same
-// parameters and seed gives the same tokens.
-struct DeviceSampling {
-  float temperature = 0.0f;  // <= 0: greedy
-  int top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  uint64_t seed = 0;
 };
 
 // Bytes a backend holds on its device (all 0 for the CPU backend).
@@ -152,9 +115,12 @@ class Backend {
   // if reuse is to give the same output as a fresh start.
   virtual bool decode_matches_prefill() const = 0;
   // Appends one token and chooses the next one on the device, which also writes it into the next
-  // step's input slot; no logits come back. False when the backend has no such path (the caller
-  // then samples from decode()'s logits).
-  virtual bool decode_sampled(int32_t /*token*/, const DeviceSampling& /*sampling*/, int32_t* /*next*/) {
+  // step's input slot; no logits come back. It applies the cuts, the temperature and the seed of
+  // `sampling` (0 / 1 disable a cut), not its penalties or biases: the caller samples on the host when
+  // those are set. The draws are numbered from the sequence's last prefill, so a prompt sampled again
+  // with the same parameters and seed gives the same tokens. False when the backend has no such path
+  // (the caller then samples from decode()'s logits).
+  virtual bool decode_sampled(int32_t /*token*/, const SamplingParams& /*sampling*/, int32_t* /*next*/) {
     return false;
   }
   virtual BackendMemory memory() const { return {}; }

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kernels/attention/attention.h"
+#include "core/kv_dtype.h"
 #include "model/model.h"
 
 namespace qwick {

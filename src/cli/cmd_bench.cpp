@@ -106,7 +106,7 @@ class Runner {
     const auto t0 = Clock::now();
     for (int64_t i = 0; i < steps; ++i) {
       int32_t next = 0;
-      if (backend_.decode_sampled(next_, DeviceSampling{}, &next)) {
+      if (backend_.decode_sampled(next_, SamplingParams{}, &next)) {
         next_ = next;
       } else {
         backend_.decode(next_, logits_);

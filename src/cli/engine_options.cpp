@@ -35,16 +35,8 @@ void EngineOptions::add_to(ArgParser& p) {
   p.flag({"--exact"}, "f32 activations in every decode matrix product (reference numerics, slower decode)",
          &exact, "QWICK_EXACT");
   p.option({"--cuda-off"}, "LIST",
-           "CUDA optimizations to switch off for ablations, comma separated: graph, step-ahead, fusion, "
-           "overlap, decode-attention, gemv-rows, carry-z, moe-one-pass, shared-spread, lm-head-stream, "
-           "combine-gate, int16 (decode); "
-           "wgmma, gemm, conv, router-bf16, router, attention-wgmma, attention-pipeline, attention, "
-           "chunked-scan, down-bf16, deltanet-in-bf16, in-proj-stack, expert-tiles-144, shared-overlap, "
-           "prefill-overlap, combine-norm, dense-bf16 (prefill)",
-           &cuda_off, "QWICK_CUDA_OFF");
-  p.flag({"--cuda-int8"},
-         "CUDA decode: int8 activations into the 4-bit matrix-vector products (faster lm_head)", &cuda_int8,
-         "QWICK_CUDA_INT8");
+           "CUDA debug switches to turn off, comma separated: graph, fusion, overlap, step-ahead", &cuda_off,
+           "QWICK_CUDA_OFF");
 }
 
 BackendOptions EngineOptions::backend_options() const {
@@ -53,7 +45,6 @@ BackendOptions EngineOptions::backend_options() const {
   if (ctx_size < 0) fail("--ctx-size must not be negative, got {}", ctx_size);
   b.max_context = ctx_size;
   b.exact = exact;
-  b.device_int8 = cuda_int8;
   b.cuda_off = cuda_off;
   if (kv_type == "bf16")
     b.kv_dtype = KvDtype::kBF16;

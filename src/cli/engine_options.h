@@ -20,7 +20,6 @@ struct EngineOptions {
   std::string device;  // empty: default_device()
   bool exact = false;
   std::string cuda_off;  // BackendOptions::cuda_off
-  bool cuda_int8 = false;
   int spec_draft = -1;  // speculative drafts a step; < 0: kDefaultDraft where there is a head
 
   static constexpr int kDefaultDraft = 2;

@@ -148,7 +148,6 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
     const bool device_sampling = !want_logprobs && !constraint && sp.repetition_penalty == 1.0f &&
                                  sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f &&
                                  sp.logit_bias.empty();
-    const DeviceSampling ds{sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.seed};
     GeneratedToken generated;
     auto pick = [&] {
       if (constraint) constraint->apply(logits_);
@@ -217,7 +216,7 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
         in_history = next_ahead < ahead.size();
         continue;
       }
-      if (device_sampling && backend_.decode_sampled(token, ds, &next)) {
+      if (device_sampling && backend_.decode_sampled(token, sp, &next)) {
         live_.push_back(token);
         token = next;
       } else {

@@ -16,7 +16,7 @@
 // With a draft head in the backend, generation speculates (runtime/speculation.h): the same tokens
 // greedily, the same distribution sampling; requests asking for log-probabilities decode plainly.
 //
-// Tested in tests/unit/backend_engine_test.cpp on a tiny model: identical tokens with and without
+// Tested in tests/server/backend_engine_test.cpp on a tiny model: identical tokens with and without
 // reuse, cached token counts, cancellation, log-probabilities against a softmax of the logits.
 #pragma once
 

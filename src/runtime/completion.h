@@ -6,7 +6,7 @@
 // job between prefill chunks and decode steps. The server builds jobs and observers from HTTP
 // requests; tests plug in engines that emit scripted tokens.
 //
-// The real engine is BackendEngine (backend_engine.h), tested in tests/unit/backend_engine_test.cpp;
+// The real engine is BackendEngine (backend_engine.h), tested in tests/server/backend_engine_test.cpp;
 // the scripted one lives in tests/server.
 #pragma once
 

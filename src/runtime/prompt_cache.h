@@ -7,7 +7,7 @@
 // (the end of the conversation history, the end of a generated turn) and asks for the longest one
 // the new prompt extends.
 //
-// Tested in tests/unit/prompt_cache_test.cpp.
+// Tested in tests/server/prompt_cache_test.cpp.
 #pragma once
 
 #include <cstdint>

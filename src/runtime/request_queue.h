@@ -6,7 +6,7 @@
 // chunks and decode steps); a task cancelled while waiting is finished without running.
 // shutdown() fails the waiting tasks, cancels the running one and joins the worker.
 //
-// Tested in tests/unit/request_queue_test.cpp with an engine that records what it runs.
+// Tested in tests/server/request_queue_test.cpp with an engine that records what it runs.
 #pragma once
 
 #include <atomic>

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_launch.h"
 #include "model/weight_matrix.h"
 
 namespace qwick::test {
@@ -20,8 +20,9 @@ bool have_gpu();
 #define QWICK_REQUIRE_GPU() \
   if (!::qwick::test::have_gpu()) GTEST_SKIP() << "no CUDA GPU on this machine: GPU test not run"
 
-// A seed that differs from run to run (fresh inputs), printed so a failure can be replayed.
-uint64_t fresh_seed();
+// The seed of the tests' random inputs: fixed, or QWICK_TEST_SEED's value when set (another draw of
+// inputs). A failed test prints it, so QWICK_TEST_SEED replays the failure.
+uint64_t test_seed();
 
 template <typename T>
 class DeviceArray {

@@ -143,7 +143,7 @@ TEST(Reference, Mlx4FixturesAsShipped) {
 }
 
 // The default CPU decode quantizes activations to int8 for products with 4-bit weights
-// (matmul_q8.h). These random-weight fixtures amplify small perturbations (4-bit weights alone move
+// (matmul_i8.h). These random-weight fixtures amplify small perturbations (4-bit weights alone move
 // the logits by up to ~3), so the bound is loose: measured 5.8e-2 and 92 % top-1 on small, against
 // 1.1e-2 and 99.3 % exact.
 TEST(Reference, FastDecodeStaysCloseToTheReference) {

@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "core/numeric.h"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_launch.h"
 #include "kernels/matmul/matmul.h"
 
 namespace qwick::cuda {

@@ -1,5 +1,5 @@
 // The model's weights on the GPU, uploaded once in their file format (see DeviceMatrix in
-// kernels/matmul/matmul_cuda.h): affine 4/8-bit codes with bf16 scales and biases, dense matrices
+// kernels/matmul_cuda/matmul_cuda.h): affine 4/8-bit codes with bf16 scales and biases, dense matrices
 // as bf16 (f32 and f16 files are converted to bf16 at upload), the small f32 vectors as the CPU
 // backend holds them. One struct per layer kind, mirroring model/weights.h; the gemv/gemm tables
 // (several matrices read by one launch) are device arrays of DeviceMatrix.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
-#include "kernels/matmul/matmul_cuda.h"
+#include "kernels/matmul_cuda/matmul_cuda.h"
 #include "model/model.h"
 
 namespace qwick::cuda {

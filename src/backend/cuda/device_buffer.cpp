@@ -4,7 +4,7 @@
 #include <atomic>
 #include <utility>
 
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_launch.h"
 
 namespace qwick::cuda {
 namespace {

@@ -1,6 +1,6 @@
 #include "backend/cuda/stage_timer.h"
 
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_launch.h"
 
 namespace qwick::cuda {
 

@@ -8,21 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/kv_dtype.h"
 #include "kernels/vector/vector_ops.h"
 
 namespace qwick {
-
-// kQ8: kv_q8.h's rows (a byte a value and one f32 scale a row).
-enum class KvDtype { kBF16, kF32, kQ8 };
-
-// Bytes one stored value takes in a cache of type t (a kQ8 row also has its f32 scale).
-constexpr size_t kv_value_bytes(KvDtype t) {
-  return t == KvDtype::kF32 ? 4 : t == KvDtype::kBF16 ? 2 : 1;
-}
-// Bytes one position's keys (or values) of one kv head take, a kQ8 row's scale included.
-constexpr size_t kv_row_bytes(KvDtype t, int head_dim) {
-  return static_cast<size_t>(head_dim) * kv_value_bytes(t) + (t == KvDtype::kQ8 ? sizeof(float) : 0);
-}
 
 // One kv head's cache: position j's key at k + j * head_dim elements (same for v), of the dtype's
 // element type (uint16_t bf16 bits, float, or for kQ8 kv_q8.h's uint8_t codes, whose row scales are

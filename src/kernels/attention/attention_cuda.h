@@ -14,19 +14,19 @@
 //                      context length comes from the device (graph replays).
 //   attention_prefill  causal attention of a chunk's rows (positions pos0 ..) over the cache on the
 //                      tensor cores (flash attention: 64 query rows per head, 64-key tiles, online
-//                      softmax, P·V from registers), output gate fused, bf16 out. By default on
-//                      warpgroup products with the heads of a kv head sharing its tiles
-//                      (attention_prefill_wgmma_cuda.cu); the mma.sync variants in
-//                      attention_prefill_cuda.cu.
+//                      softmax, P·V from registers), output gate fused, bf16 out: on warpgroup
+//                      products with the heads of a kv head sharing its tiles
+//                      (attention_prefill_wgmma_cuda.cu), or for head_dim 32 on mma.sync
+//                      (attention_prefill_cuda.cu).
 //
-// Tests: tests/cuda/cuda_kernels_test.cpp (Attention.*) against rms_norm/apply_rope and `attend`.
+// Tests: tests/cuda/attention_cuda_test.cpp (Attention.*) against rms_norm/apply_rope and `attend`.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "kernels/matmul/matmul_cuda.h"
+#include "kernels/matmul_cuda/matmul_cuda.h"
 
 namespace qwick::cuda {
 
@@ -67,8 +67,7 @@ struct AttentionDecodeArgs {
   float* partial;     // [n_heads, splits, head_dim + 2] scratch
   const float* gate;  // head h's gate at gate + h·gate_stride, or null (no output gate)
   int64_t gate_stride;
-  float* out;                // [n_heads · head_dim]
-  bool tensor_cores = true;  // false: the CUDA-core kernel (ablation)
+  float* out;  // [n_heads · head_dim]
   // Programmatic dependent launches (cuda_launch.h). The kernel then reads *d_pos and the cache rows
   // before it, which must not come from the kernels it overlaps (decode: from earlier steps), before
   // waiting for them; only the newest row (attention_prep's) and q after.
@@ -93,7 +92,6 @@ bool attention_gate_rows_fit(const DeviceMatrix& gate_proj);
 int attention_decode_splits(int n_kv_heads);
 void attention_decode(const AttentionDecodeArgs& a, cudaStream_t stream);
 
-enum class AttentionPrefillVariant { kWgmma, kPipelined, kLdmatrix, kTransposed };
 struct AttentionPrefillArgs {
   const uint16_t* q;  // [n, n_heads, head_dim] bf16
   const uint16_t* k_cache;
@@ -104,10 +102,7 @@ struct AttentionPrefillArgs {
   float scale;
   const float* gate;  // row t, head h: gate + t·ld_gate + h·gate_stride; null: no output gate
   int64_t ld_gate, gate_stride;
-  uint16_t* out;  // [n, n_heads · head_dim] bf16
-  // Older variants are kept for ablations (attention_prefill_cuda.cu says what each does); kWgmma
-  // takes head_dim 64, 128 and 256 and runs kPipelined for 32.
-  AttentionPrefillVariant variant = AttentionPrefillVariant::kWgmma;
+  uint16_t* out;         // [n, n_heads · head_dim] bf16
   bool overlap = false;  // a programmatic dependent launch (cuda_launch.h)
 };
 void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t stream);

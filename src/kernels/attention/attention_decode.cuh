@@ -1,5 +1,5 @@
-// What the decode attention kernels share (attention_decode_cuda.cu, attention_decode_simt_cuda.cu):
-// the context range of a split and the layout of its partial result.
+// The context range of a decode attention split and the layout of its partial result, which the
+// splits' kernel writes and the combine reads (attention_decode_cuda.cu).
 #pragma once
 
 #include "kernels/attention/attention_cuda.h"
@@ -23,8 +23,5 @@ __device__ __forceinline__ SplitRange split_range(const AttentionDecodeArgs& a, 
 __device__ __forceinline__ float* partial_row(const AttentionDecodeArgs& a, int h, int split) {
   return a.partial + (static_cast<int64_t>(h) * a.splits + split) * (a.head_dim + 2);
 }
-
-// The splits on the CUDA cores (the ablation baseline of the tensor-core kernel).
-void attention_decode_splits_simt(const AttentionDecodeArgs& a, cudaStream_t stream);
 
 }  // namespace qwick::cuda

@@ -9,8 +9,8 @@
 //   Oᵀ += Vᵀ·Pᵀ    head_dim × 8 heads: Vᵀ from ldmatrix.trans, Pᵀ the transposed (movmatrix) S
 //                  accumulators, so P never leaves registers
 // q and p each enter as two bf16 parts (x = hi + lo, hi = bf16(x), lo = bf16(x − hi)): the products
-// then carry about 16 mantissa bits, close to the f32 arithmetic of the CUDA-core kernel and the CPU,
-// for twice the (idle) tensor-core work. The 4 warps merge through shared memory at the end and
+// then carry about 16 mantissa bits, close to the CPU's f32 arithmetic, for twice the (idle)
+// tensor-core work. The 4 warps merge through shared memory at the end and
 // write the split's partial (attention_decode.cuh).
 // A q8 cache (kv_q8.h) halves the bytes streamed: a stage holds the tile's bytes and scales, and the
 // same ldmatrix loads give each lane four codes a register, which a permute and one f16 subtraction
@@ -28,10 +28,10 @@
 // of them (which then fills the GPU in one wave).
 #include "kernels/attention/attention_decode.cuh"
 #include "kernels/attention/kv_q8.h"
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
-#include "kernels/matmul/gemv_core.cuh"
-#include "kernels/tensor_core.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/tensor_core.cuh"
+#include "kernels/matmul_cuda/gemv_core.cuh"
 
 #include <cuda_fp16.h>
 
@@ -108,7 +108,6 @@ __device__ __forceinline__ float pow2_normalizer(float x) {
 
 template <int HD, bool kQ8>
 __global__ void __launch_bounds__(kWarps * 32) decode_mma_kernel(AttentionDecodeArgs a) {
-  QWICK_TRACE_BLOCK();
   using L = DecodeSmem<HD, kQ8>;
   constexpr int kRowBytes = L::kRowBytes, kChunks = HD * (kQ8 ? 1 : 2) / 16;  // 16-byte chunks per row
   extern __shared__ uint4 smem4[];
@@ -292,7 +291,6 @@ __global__ void __launch_bounds__(kWarps * 32) decode_mma_kernel(AttentionDecode
     __syncwarp();  // every lane is done with stage b before it is refilled
   }
   cp_async_wait<0>();
-  block_trace_mark<0>();
   if constexpr (kQ8) {
     const float v_unnorm = 1.0f / v_norm;  // (exact: a power of two)
 #pragma unroll
@@ -312,7 +310,6 @@ __global__ void __launch_bounds__(kWarps * 32) decode_mma_kernel(AttentionDecode
 #pragma unroll
     for (int off = 4; off < 32; off <<= 1) l[e] += __shfl_xor_sync(kFullMask, l[e], off);
   __syncthreads();  // all tiles consumed: the buffers become the merge scratch
-  block_trace_mark<1>();
   constexpr int kOs = L::kMergeLd;
   float* os = reinterpret_cast<float*>(smem4);  // [kWarps][kMaxGroup][kOs]
   float* ms = os + kWarps * kMaxGroup * kOs;    // [kWarps][kMaxGroup]
@@ -404,7 +401,6 @@ __device__ __forceinline__ void gate_rows(const AttentionDecodeArgs& a, int sub,
 // kGateRows: the gate from gate_proj (gate_rows, before the wait), F its format; else from a.gate.
 template <WeightFormat F, bool kGateRows>
 __global__ void __launch_bounds__(kCombineWarps * 32, 2) combine_kernel(AttentionDecodeArgs a, int sub) {
-  QWICK_TRACE_BLOCK();
   __shared__ float coef[kMaxSplits], scratch[32], sums[kCombineWarps][kCombineDims], gate[kCombineDims];
   extern __shared__ uint4 smem4[];  // kGateRows: the staged gate input
   const int h = blockIdx.x, hd = a.head_dim, d = blockIdx.y * kCombineDims + (threadIdx.x & 31);
@@ -509,9 +505,7 @@ void attention_decode(const AttentionDecodeArgs& a, cudaStream_t stream) {
   if (a.splits < 1 || a.splits > kMaxSplits) check(cudaErrorInvalidValue, "attention_decode: 1..1024 splits");
   if (a.head_dim != 32 && a.head_dim != 64 && a.head_dim != 128 && a.head_dim != 256)
     check(cudaErrorInvalidValue, "attention_decode: head_dim must be 32, 64, 128 or 256");
-  if (!a.tensor_cores)
-    attention_decode_splits_simt(a, stream);
-  else if (a.head_dim == 32)
+  if (a.head_dim == 32)
     launch_mma<32>(a, stream);
   else if (a.head_dim == 64)
     launch_mma<64>(a, stream);

@@ -1,50 +1,44 @@
 // Prefill attention on the tensor cores (contract in attention_cuda.h), flash-attention 2 layout on
-// mma.sync; the default variant, on warpgroup products, is attention_prefill_wgmma_cuda.cu.
+// mma.sync, for head_dim 32; the other head sizes run on warpgroup products
+// (attention_prefill_wgmma_cuda.cu).
 //
 // Block (query head h, 64 rows of the chunk), 4 warps of 16 rows. Shared memory, bf16, rows padded
-// by 8 elements: Qs [64][HD], Ks [keys][HD] and V, in one of three variants (attention_cuda.h):
-//   kPipelined  Ks, Vs [32 keys][HD] twice: tile i + 1 streams in through cp.async while tile i is
-//               computed (the same shared memory as one 64-key tile, so the same two blocks per SM);
-//               V as stored, the P·V operand read with ldmatrix.trans, which hands each lane its
-//               pair of keys along a dimension
-//   kLdmatrix   one 64-key tile, loaded then computed; V read as above
-//   kTransposed one 64-key tile, V transposed at load by 2-byte stores (the first version, kept for
-//               the ablation: a warp's stores there all hit one bank, 32-way serialized)
+// by 8 elements: Qs [64][HD], then Ks, Vs [32 keys][HD] twice: tile i + 1 streams in through cp.async
+// while tile i is computed (the same shared memory as one 64-key tile, so the same two blocks per SM);
+// V as stored, the P·V operand read with ldmatrix.trans, which hands each lane its pair of keys along
+// a dimension.
 // Per key tile:
 //   S = Q·Kᵀ        mma.sync m16n8k16, 8 key columns per n-tile, HD/16 k steps
 //   mask            key position > query position -> -inf (causality; later keys are masked too)
 //   online softmax  row max/sum across the 4 lanes sharing a row (shuffles), rescale O
 //   O += P·V        P re-packed from the S accumulators into A fragments (registers only)
 // Rows past the chunk load zeros and are not written. The sigmoid output gate is applied at the end.
-// Fragment layouts as in kernels/matmul/gemm_cuda.cu.
+// Fragment layouts as in kernels/matmul_cuda/gemm_cuda.cu.
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/attention/attention_prefill_out.cuh"
 #include "kernels/attention/attention_prefill_wgmma.h"
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
-#include "kernels/tensor_core.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/tensor_core.cuh"
 
 namespace qwick::cuda {
 namespace {
 
 constexpr int kRows = 64, kThreads = 128;
-enum Variant { kTransposed, kLdmatrix, kPipelined };
 
-template <int HD, Variant V>
+template <int HD>
 struct Smem {
-  static constexpr int kKeys = V == kPipelined ? 32 : 64, kBuffers = V == kPipelined ? 2 : 1;
-  static constexpr int kLdQ = HD + 8, kLdV = kKeys + 8;
-  static constexpr int kKVElems = kKeys * kLdQ;  // one K or row-major V tile
-  static constexpr size_t kBytes =
-      sizeof(uint16_t) * (kRows * kLdQ + kBuffers * (kKVElems + (V == kTransposed ? HD * kLdV : kKVElems)));
+  static constexpr int kKeys = 32, kBuffers = 2;
+  static constexpr int kLdQ = HD + 8;
+  static constexpr int kKVElems = kKeys * kLdQ;  // one K or V tile
+  static constexpr size_t kBytes = sizeof(uint16_t) * (kRows * kLdQ + kBuffers * 2 * kKVElems);
 };
 
-template <int HD, Variant V>
+template <int HD>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionPrefillArgs a) {
   wait_and_let_next_start();
-  using L = Smem<HD, V>;
-  constexpr int kLdQ = L::kLdQ, kLdV = L::kLdV, kKeys = L::kKeys;
-  constexpr bool kTransV = V == kTransposed;
+  using L = Smem<HD>;
+  constexpr int kLdQ = L::kLdQ, kKeys = L::kKeys;
   extern __shared__ uint4 smem4[];
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem4);
   // Buffer b: K at Qs + kRows·kLdQ + 2b·kKVElems, V right after it.
@@ -71,7 +65,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionPrefillArgs 
   const uint16_t* kc = a.k_cache + static_cast<int64_t>(kvh) * a.capacity * HD;
   const uint16_t* vc = a.v_cache + static_cast<int64_t>(kvh) * a.capacity * HD;
 
-  // kPipelined: copies of the tile at kv0 into buffer b, zero-filled past kv_end.
+  // Copies of the tile at kv0 into buffer b, zero-filled past kv_end.
   auto issue = [&](int64_t kv0, int b) {
     uint16_t* ks = kv_base + 2 * b * L::kKVElems;
     for (int i = threadIdx.x; i < kKeys * kChunks; i += kThreads) {
@@ -83,43 +77,20 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionPrefillArgs 
     }
     cp_async_commit();
   };
-  if constexpr (V == kPipelined) issue(0, 0);
+  issue(0, 0);
 
   int tile = 0;
   for (int64_t kv0 = 0; kv0 < kv_end; kv0 += kKeys, ++tile) {
-    const int buf = V == kPipelined ? tile & 1 : 0;
+    const int buf = tile & 1;
     uint16_t* Ks = kv_base + 2 * buf * L::kKVElems;
     uint16_t* Vt = Ks + L::kKVElems;
-    if constexpr (V == kPipelined) {
-      // The other buffer was consumed in the last iteration (barrier at its end): refill it.
-      if (kv0 + kKeys < kv_end)
-        issue(kv0 + kKeys, buf ^ 1);
-      else
-        cp_async_commit();  // keeps one group per tile
-      cp_async_wait<1>();
-      __syncthreads();  // this tile has landed for everyone (and, first time round, Qs is written)
-    } else {
-      __syncthreads();  // the previous tile is consumed (and, first time round, Qs is written)
-      for (int i = threadIdx.x; i < kKeys * kChunks; i += kThreads) {
-        const int r = i / kChunks, c = i % kChunks;
-        const int64_t p = kv0 + r;
-        uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-        if (p < kv_end) {
-          kv = *reinterpret_cast<const uint4*>(kc + p * HD + c * 8);
-          vv = *reinterpret_cast<const uint4*>(vc + p * HD + c * 8);
-        }
-        *reinterpret_cast<uint4*>(Ks + r * kLdQ + c * 8) = kv;
-        if constexpr (kTransV) {
-          const uint32_t vw[4] = {vv.x, vv.y, vv.z, vv.w};
-#pragma unroll
-          for (int e = 0; e < 8; ++e)
-            Vt[(c * 8 + e) * kLdV + r] = static_cast<uint16_t>(vw[e / 2] >> (16 * (e % 2)));
-        } else {
-          *reinterpret_cast<uint4*>(Vt + r * kLdQ + c * 8) = vv;
-        }
-      }
-      __syncthreads();
-    }
+    // The other buffer was consumed in the last iteration (barrier at its end): refill it.
+    if (kv0 + kKeys < kv_end)
+      issue(kv0 + kKeys, buf ^ 1);
+    else
+      cp_async_commit();  // keeps one group per tile
+    cp_async_wait<1>();
+    __syncthreads();  // this tile has landed for everyone (and, first time round, Qs is written)
 
     float s[kKeys / 8][4] = {};
 #pragma unroll
@@ -179,83 +150,45 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionPrefillArgs 
       const uint32_t p1 = pack_bf16x2(s[2 * ks][2], s[2 * ks][3]);
       const uint32_t p2 = pack_bf16x2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
       const uint32_t p3 = pack_bf16x2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
-      if constexpr (kTransV) {
+      // Lanes 0-7 / 8-15 / 16-23 / 24-31 address keys +0..7 / +8..15 / +0..7 / +8..15 of
+      // dimensions nt·8 / nt·8 / nt·8 + 8 / nt·8 + 8: b0, b1 of n-tile nt, then of nt + 1.
+      const uint16_t* vrow = Vt + (ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kLdQ + (lane >> 4) * 8;
 #pragma unroll
-        for (int nt = 0; nt < HD / 8; ++nt) {
-          const uint16_t* vb = Vt + (nt * 8 + g) * kLdV + ks * 16 + 2 * tq;
-          mma_bf16(o[nt], p0, p1, p2, p3, *reinterpret_cast<const uint32_t*>(vb),
-                   *reinterpret_cast<const uint32_t*>(vb + 8));
-        }
-      } else {
-        // Lanes 0-7 / 8-15 / 16-23 / 24-31 address keys +0..7 / +8..15 / +0..7 / +8..15 of
-        // dimensions nt·8 / nt·8 / nt·8 + 8 / nt·8 + 8: b0, b1 of n-tile nt, then of nt + 1.
-        const uint16_t* vrow = Vt + (ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kLdQ + (lane >> 4) * 8;
-#pragma unroll
-        for (int nt = 0; nt < HD / 8; nt += 2) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vrow + nt * 8);
-          mma_bf16(o[nt], p0, p1, p2, p3, b[0], b[1]);
-          mma_bf16(o[nt + 1], p0, p1, p2, p3, b[2], b[3]);
-        }
+      for (int nt = 0; nt < HD / 8; nt += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vrow + nt * 8);
+        mma_bf16(o[nt], p0, p1, p2, p3, b[0], b[1]);
+        mma_bf16(o[nt + 1], p0, p1, p2, p3, b[2], b[3]);
       }
     }
-    if constexpr (V == kPipelined) __syncthreads();  // done with this buffer before it is refilled
+    __syncthreads();  // done with this buffer before it is refilled
   }
 
   store_prefill_rows<HD>(a, h, t0 + warp * 16, reinterpret_cast<const float(&)[HD / 2]>(o), l0, l1);
 }
 
-template <int HD, Variant V>
-void launch_variant(const AttentionPrefillArgs& a, cudaStream_t stream) {
+template <int HD>
+void launch(const AttentionPrefillArgs& a, cudaStream_t stream) {
   static bool configured = false;
   if (!configured) {
-    check(cudaFuncSetAttribute(prefill_kernel<HD, V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(Smem<HD, V>::kBytes)),
+    check(cudaFuncSetAttribute(prefill_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(Smem<HD>::kBytes)),
           "attention_prefill: shared memory limit");
     configured = true;
   }
   const dim3 grid(static_cast<unsigned>(a.n_heads), blocks_for(a.n, kRows));
-  launch_kernel(prefill_kernel<HD, V>, grid, dim3(kThreads), Smem<HD, V>::kBytes, stream, a.overlap,
+  launch_kernel(prefill_kernel<HD>, grid, dim3(kThreads), Smem<HD>::kBytes, stream, a.overlap,
                 "attention_prefill", a);
-}
-
-template <int HD>
-void launch(const AttentionPrefillArgs& a, cudaStream_t stream) {
-  switch (a.variant) {
-    case AttentionPrefillVariant::kWgmma:
-    case AttentionPrefillVariant::kPipelined:
-      launch_variant<HD, kPipelined>(a, stream);
-      break;
-    case AttentionPrefillVariant::kLdmatrix:
-      launch_variant<HD, kLdmatrix>(a, stream);
-      break;
-    case AttentionPrefillVariant::kTransposed:
-      launch_variant<HD, kTransposed>(a, stream);
-      break;
-  }
 }
 
 }  // namespace
 
 void attention_prefill(const AttentionPrefillArgs& a, cudaStream_t stream) {
   if (a.n == 0) return;
-  if (a.variant == AttentionPrefillVariant::kWgmma && attention_prefill_wgmma(a, stream)) return;
-  switch (a.head_dim) {
-    case 32:
-      launch<32>(a, stream);
-      break;
-    case 64:
-      launch<64>(a, stream);
-      break;
-    case 128:
-      launch<128>(a, stream);
-      break;
-    case 256:
-      launch<256>(a, stream);
-      break;
-    default:
-      check(cudaErrorInvalidValue, "attention_prefill: head_dim must be 32, 64, 128 or 256");
-  }
+  if (attention_prefill_wgmma(a, stream)) return;
+  if (a.head_dim != 32)
+    check(cudaErrorInvalidValue, "attention_prefill: head_dim must be 32, 64, 128 or 256");
+  launch<32>(a, stream);
 }
 
 }  // namespace qwick::cuda

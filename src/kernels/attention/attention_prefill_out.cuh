@@ -6,7 +6,7 @@
 #pragma once
 
 #include "kernels/attention/attention_cuda.h"
-#include "kernels/cuda_common.cuh"
+#include "kernels/cuda/cuda_common.cuh"
 
 namespace qwick::cuda {
 

@@ -19,10 +19,10 @@
 // The sigmoid output gate is applied at the end; rows past the chunk load zeros and are not written.
 #include "kernels/attention/attention_prefill_out.cuh"
 #include "kernels/attention/attention_prefill_wgmma.h"
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
-#include "kernels/tensor_core.cuh"
-#include "kernels/warpgroup_mma.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/tensor_core.cuh"
+#include "kernels/cuda/warpgroup_mma.cuh"
 
 #include <type_traits>
 

@@ -11,8 +11,8 @@
 // KvCache codes them (kv_q8.h), each row's scale from the warp's maximum.
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/attention/kv_q8.h"
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
 
 namespace qwick::cuda {
 namespace {
@@ -20,7 +20,6 @@ namespace {
 constexpr int kMaxHeadDim = 256, kPrefillWarps = 4;
 
 __global__ void __launch_bounds__(32 * kPrefillWarps) prep_kernel(AttentionPrepArgs a) {
-  QWICK_TRACE_BLOCK();
   __shared__ float heads_x[kPrefillWarps][kMaxHeadDim];
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

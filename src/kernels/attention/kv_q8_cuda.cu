@@ -5,8 +5,8 @@
 // power of two; otherwise bf16 rounds it (as a bf16 cache rounds its values).
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/attention/kv_q8.h"
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
 
 namespace qwick::cuda {
 namespace {

@@ -2,10 +2,10 @@
 #include <cfloat>
 #include <type_traits>
 
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/tf32_mma.cuh"
 #include "kernels/deltanet/deltanet_chunked_cuda.h"
-#include "kernels/tf32_mma.cuh"
 
 namespace qwick::cuda {
 namespace {

@@ -23,7 +23,7 @@
 //                           every product of this kernel plain.
 // Rows past the end of the last chunk act as β = 0, log decay = 0, zero q, k, v: they change nothing.
 //
-// Tests: tests/cuda/cuda_kernels_test.cpp (DeltaNet.ChunkedScanMatchesCpu) against deltanet_scan_head.
+// Tests: tests/cuda/deltanet_cuda_test.cpp (DeltaNet.ChunkedScanMatchesCpu) against deltanet_scan_head.
 #pragma once
 
 #include <cuda_runtime.h>

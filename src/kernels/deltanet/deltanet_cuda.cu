@@ -1,10 +1,10 @@
 // Gated DeltaNet stages on the GPU (contracts and layouts in deltanet_cuda.h).
 #include <algorithm>
 
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
 #include "kernels/deltanet/deltanet_cuda.h"
-#include "kernels/matmul/gemv_core.cuh"
+#include "kernels/matmul_cuda/gemv_core.cuh"
 
 namespace qwick::cuda {
 namespace {
@@ -21,7 +21,6 @@ __device__ __forceinline__ float* window_after(const DeltaNetConvArgs& a) {
 
 template <int K>
 __global__ void conv_kernel(DeltaNetConvArgs a) {
-  QWICK_TRACE_BLOCK();
   wait_and_let_next_start();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= a.C) return;
@@ -182,7 +181,7 @@ __global__ void conv_window_kernel(DeltaNetConvArgs a) {
 template <int K>
 void launch_conv(const DeltaNetConvArgs& a, cudaStream_t stream) {
   const unsigned blocks = blocks_for(a.C, 128);
-  if ((a.row_parallel && a.n > 1) || a.norm_heads > 0) {
+  if (a.n > 1 || a.norm_heads > 0) {
     launch_kernel(conv_rows_kernel<K>, dim3(blocks_for(a.C, kConvThreads), blocks_for(a.n, kConvRows)),
                   dim3(kConvThreads), 0, stream, a.overlap, "deltanet_conv", a);
     launch_kernel(conv_window_kernel<K>, dim3(blocks), dim3(128), 0, stream, a.overlap,
@@ -201,7 +200,6 @@ __device__ __forceinline__ void gates(float b, float a, float a_neg, float dt_bi
 
 // One block per row: a warp per q or k head, then the gates.
 __global__ void prepare_kernel(DeltaNetPrepareArgs a) {
-  QWICK_TRACE_BLOCK();
   wait_and_let_next_start();
   const int64_t t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
@@ -289,7 +287,6 @@ __device__ __forceinline__ float token_step(float (&S)[kScanRowsPerWarp][EPL], c
 
 template <int EPL>  // state values per lane per row = Dk / 32
 __global__ void __launch_bounds__(kScanWarps * 32) scan_kernel(DeltaNetScanArgs a) {
-  QWICK_TRACE_BLOCK();
   wait_and_let_next_start();
   const int h = blockIdx.x, kh = h / (a.Hv / a.Hk);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -404,7 +401,6 @@ constexpr int kMaxStepDk = 128;  // q and k of a key head staged in shared memor
 template <int EPL, int K, bool kZ = false, WeightFormat ZF = WeightFormat::kAffine4, Act ZA = Act::kF32>
 __global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)
     decode_step_kernel(DeltaNetDecodeStepArgs a, int z_sub) {
-  QWICK_TRACE_BLOCK();
   if constexpr (kZ) {
     if (static_cast<int>(blockIdx.x) >= a.Hv) {
       let_next_kernel_start();
@@ -469,7 +465,6 @@ __global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)
   // block_sum's barriers also order the staging above before the reads below.
   const float q_scale = inv_l2(block_sum(ss[0], scratch)) / sqrtf(static_cast<float>(a.Dk)),
               k_scale = inv_l2(block_sum(ss[1], scratch));
-  block_trace_mark<0>();
 
   float q[EPL], k[EPL], v[kScanRowsPerWarp];
 #pragma unroll
@@ -477,7 +472,6 @@ __global__ void __launch_bounds__(kScanWarps * 32, kZ ? 2 : 1)
 #pragma unroll
   for (int r = 0; r < kScanRowsPerWarp; ++r) v[r] = vs[warp * kScanRowsPerWarp + r];
   const float o = token_step<EPL>(S, q, k, v, beta_decay[0], beta_decay[1]);
-  block_trace_mark<1>();
   if (lane < kScanRowsPerWarp) a.out[int64_t{h} * a.Dv + r0 + lane] = o;
   store_rows<EPL>(state_rows<EPL>(a.state_out, a.Dv, a.Dk, h, r0), a.Dk, S);
 }

@@ -1,13 +1,11 @@
 // Gated DeltaNet on the GPU (model-spec.md §2.5), all f32, one kernel per stage:
 //
-//   deltanet_conv     causal depthwise conv + SiLU over n rows, one thread per channel walking the
-//                     rows with the K-1 previous inputs in registers; the window state [K-1, C]
-//                     is read at the start and written at the end (ready for the next chunk), back
-//                     into place or, for decode, into a second window (state_out).
-//                     With row_parallel (and n > 1) a thread per (channel, run of 16 rows) instead,
-//                     then the window: a chunk's rows no longer wait on each other; that kernel
-//                     can also L2-normalise q and k (norm_heads), which saves deltanet_prepare a
-//                     pass over them
+//   deltanet_conv     causal depthwise conv + SiLU over n rows: a thread per (channel, run of 16
+//                     rows), then the window state [K-1, C] written for the next chunk, so a chunk's
+//                     rows do not wait on each other; that kernel can also L2-normalise q and k
+//                     (norm_heads), which saves deltanet_prepare a pass over them. One row without
+//                     norms (decode) takes one thread per channel, the window read and written back
+//                     into place or into a second window (state_out)
 //   deltanet_prepare  per row: q and k L2-normalised per key head in place (q also scaled by
 //                     Dk^-1/2); beta = sigmoid(b), decay = exp(-exp(A_log) · softplus(a + dt_bias))
 //   deltanet_scan     the recurrence token by token. The state [Hv, Dv, Dk] (row j of a head is
@@ -18,7 +16,7 @@
 //                     rows are independent, so no block-wide barrier is needed inside the loop.
 // The gated output norm is gated_rms_norm_rows (norm_cuda.h).
 //
-// Tests: tests/cuda/cuda_kernels_test.cpp (DeltaNet.*) against causal_conv_silu, l2_norm,
+// Tests: tests/cuda/deltanet_cuda_test.cpp (DeltaNet.*) against causal_conv_silu, l2_norm,
 // deltanet_gates and deltanet_scan_head, across chunk boundaries and for hundreds of steps.
 #pragma once
 
@@ -26,7 +24,7 @@
 
 #include <cstdint>
 
-#include "kernels/matmul/matmul_cuda.h"
+#include "kernels/matmul_cuda/matmul_cuda.h"
 
 namespace qwick::cuda {
 
@@ -39,11 +37,10 @@ struct DeltaNetConvArgs {
   float* state;    // [K-1, C], oldest first: the window before the rows, and after them unless state_out
   float* out;      // [n, ld_out]
   int64_t ld_out;
-  bool row_parallel = false;
   // When norm_heads > 0, channels [0, 2·norm_heads·norm_dim) are q heads then k heads of norm_dim
   // (32, 64 or 128) channels each, and the output has them L2-normalised per row and head, q also
   // scaled by norm_dim^-1/2: deltanet_prepare's norms (then run it with qk_normalised). Any n; the
-  // rows are then always taken in runs (row_parallel's kernel).
+  // rows are then always taken in runs.
   int norm_heads = 0, norm_dim = 0;
   // The pre-conv rows in bf16 (read instead of `in`, same ld_in): the prefill input projection's
   // output, which the conv then reads in half the bytes. Not for the decode step.

@@ -32,7 +32,7 @@ inline __m256 q4x8(const uint8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_or_si128(lo, hi)));
 }
 
-inline __m256 q8x8(const uint8_t* p) {
+inline __m256 u8x8(const uint8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
@@ -70,7 +70,7 @@ void decode_row(const WeightMatrix& w, int64_t r, float* out, int64_t kp) {
         const __m256 s = _mm256_set1_ps(bf16_scalar(sp + 2 * g));
         const __m256 b = _mm256_set1_ps(bf16_scalar(bp + 2 * g));
         for (int64_t j = g * gs; j < (g + 1) * gs; j += 8) {
-          const __m256 q = four ? q4x8(row + j / 2) : q8x8(row + j);
+          const __m256 q = four ? q4x8(row + j / 2) : u8x8(row + j);
           _mm256_store_ps(out + j, _mm256_fmadd_ps(q, s, b));
         }
       }

@@ -23,7 +23,7 @@ inline __m512 q4x16(const uint8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_or_si128(lo, hi)));
 }
 
-inline __m512 q8x16(const uint8_t* p) {
+inline __m512 u8x16(const uint8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
@@ -55,7 +55,7 @@ void decode_row(const WeightMatrix& w, int64_t r, float* out) {
         const __m512 s = _mm512_set1_ps(bf16_scalar(sp + 2 * g));
         const __m512 b = _mm512_set1_ps(bf16_scalar(bp + 2 * g));
         for (int64_t j = g * gs; j < (g + 1) * gs; j += 16) {
-          const __m512 q = four ? q4x16(row + j / 2) : q8x16(row + j);
+          const __m512 q = four ? q4x16(row + j / 2) : u8x16(row + j);
           _mm512_store_ps(out + j, _mm512_fmadd_ps(q, s, b));
         }
       }

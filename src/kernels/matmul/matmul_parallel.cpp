@@ -15,7 +15,7 @@ float* thread_scratch(int64_t cols) {
   return scratch.data();
 }
 
-enum class Path { kF32, kQ8, kBF16 };
+enum class Path { kF32, kI8, kBF16 };
 
 struct RowBlock {
   const MatmulProblem* problem;
@@ -61,13 +61,13 @@ MatmulRowsFn matmul_kernel(SimdLevel level) {
   return by_simd_level<MatmulRowsFn>(level, matmul_rows_avx512, matmul_rows_avx2, matmul_rows_reference);
 }
 
-Q8RowsFn matmul_q8_kernel(SimdLevel level) {
-  return by_simd_level<Q8RowsFn>(level, matmul_q8_rows_avx512, matmul_q8_rows_avx2, matmul_q8_rows_reference);
+I8RowsFn matmul_i8_kernel(SimdLevel level) {
+  return by_simd_level<I8RowsFn>(level, matmul_i8_rows_avx512, matmul_i8_rows_avx2, matmul_i8_rows_reference);
 }
 
-Q8QuantizeFn q8_quantizer(SimdLevel level) {  // the AVX2 build runs the plain quantizer
-  return by_simd_level<Q8QuantizeFn>(level, quantize_activation_q8_avx512, quantize_activation_q8,
-                                     quantize_activation_q8);
+I8QuantizeFn i8_quantizer(SimdLevel level) {  // the AVX2 build runs the plain quantizer
+  return by_simd_level<I8QuantizeFn>(level, quantize_activation_i8_avx512, quantize_activation_i8,
+                                     quantize_activation_i8);
 }
 
 void matmul(const MatmulProblem& p, ThreadPool& pool, MatmulPrecision precision) {
@@ -95,8 +95,8 @@ void matmul_batch(std::span<const MatmulProblem> problems, ThreadPool& pool, Mat
   }
   const SimdLevel level = active_simd_level();
   const MatmulRowsFn kernel = matmul_kernel(level);
-  const Q8RowsFn q8_kernel = matmul_q8_kernel(level);
-  const Q8QuantizeFn quantize = q8_quantizer(level);
+  const I8RowsFn i8_kernel = matmul_i8_kernel(level);
+  const I8QuantizeFn quantize = i8_quantizer(level);
   int64_t total_rows = 0;
   for (const auto& p : problems) total_rows += p.n > 0 ? p.w->rows : 0;
   if (total_rows == 0) return;
@@ -105,21 +105,21 @@ void matmul_batch(std::span<const MatmulProblem> problems, ThreadPool& pool, Mat
       std::max<int64_t>(kMatmulTileRows, total_rows / (4 * pool.size()) / kMatmulTileRows * kMatmulTileRows);
   // Per calling thread, reused across calls; the tasks below reach them through these references
   // (a thread_local named inside the lambda would be the worker's own, empty instance).
-  thread_local PreparedInputs<Q8Activation> q8_storage;
+  thread_local PreparedInputs<I8Activation> i8_storage;
   thread_local PreparedInputs<const uint16_t*> bf16_storage;
   thread_local std::vector<RowBlock> block_storage;
-  PreparedInputs<Q8Activation>& q8_inputs = q8_storage;
+  PreparedInputs<I8Activation>& i8_inputs = i8_storage;
   PreparedInputs<const uint16_t*>& bf16_inputs = bf16_storage;
   std::vector<RowBlock>& blocks = block_storage;
-  q8_inputs.used = bf16_inputs.used = 0;
+  i8_inputs.used = bf16_inputs.used = 0;
   blocks.clear();
   for (const auto& p : problems) {
     if (p.n == 0) continue;
     Path path = Path::kF32;
     int input = -1;
-    if (precision == MatmulPrecision::kFastDecode && p.n == 1 && q8_supported(*p.w)) {
-      path = Path::kQ8;
-      input = q8_inputs.get(p, q8_activation_floats(p.w->cols),
+    if (precision == MatmulPrecision::kFastDecode && p.n == 1 && i8_supported(*p.w)) {
+      path = Path::kI8;
+      input = i8_inputs.get(p, i8_activation_floats(p.w->cols),
                             [&](float* storage) { return quantize(p.x, p.w->cols, storage); });
     } else if (precision == MatmulPrecision::kFastPrefill && level == SimdLevel::kAvx512) {
       path = Path::kBF16;
@@ -137,8 +137,8 @@ void matmul_batch(std::span<const MatmulProblem> problems, ThreadPool& pool, Mat
     const RowBlock& b = blocks[i];
     const size_t in = static_cast<size_t>(b.input);
     switch (b.path) {
-      case Path::kQ8:
-        q8_kernel(*b.problem->w, q8_inputs.entries[in].view, b.problem->y, b.begin, b.end);
+      case Path::kI8:
+        i8_kernel(*b.problem->w, i8_inputs.entries[in].view, b.problem->y, b.begin, b.end);
         break;
       case Path::kBF16:
         matmul_rows_bf16_avx512(*b.problem, bf16_inputs.entries[in].view, b.begin, b.end,

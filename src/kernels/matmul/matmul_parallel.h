@@ -6,13 +6,13 @@
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul/matmul.h"
-#include "kernels/matmul/matmul_q8.h"
+#include "kernels/matmul/matmul_i8.h"
 
 namespace qwick {
 
 // kExact keeps activations in f32 (the reference numerics). The fast modes differ by phase:
 //   kFastDecode   products against 4-bit weights quantize the activation to int8 per 64 values
-//                 (matmul_q8.h), as llama.cpp does, row by row (so a multi-row decode step computes
+//                 (matmul_i8.h), as llama.cpp does, row by row (so a multi-row decode step computes
 //                 each row as a single-row one); the rest stays f32
 //   kFastPrefill  every product runs on bf16 operands where the CPU has AVX-512 BF16
 //                 (matmul_bf16.h), f32 elsewhere
@@ -22,8 +22,8 @@ namespace qwick {
 enum class MatmulPrecision { kExact, kFastDecode, kFastPrefill };
 
 MatmulRowsFn matmul_kernel(SimdLevel level);
-Q8RowsFn matmul_q8_kernel(SimdLevel level);
-Q8QuantizeFn q8_quantizer(SimdLevel level);
+I8RowsFn matmul_i8_kernel(SimdLevel level);
+I8QuantizeFn i8_quantizer(SimdLevel level);
 
 // One problem, rows split across the pool.
 void matmul(const MatmulProblem& p, ThreadPool& pool, MatmulPrecision precision = MatmulPrecision::kExact);

@@ -1,8 +1,8 @@
 // MoE routing, grouping, SwiGLU and the weighted combine on the GPU (contracts in moe_cuda.h).
 #include <algorithm>
 
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/route_warp.cuh"
 
@@ -11,7 +11,6 @@ namespace {
 
 __global__ void route_decode_kernel(const float* logits, int E, int k, int32_t* ids, float* weights,
                                     int32_t* gate_up, int32_t* down) {
-  QWICK_TRACE_BLOCK();
   route_one(logits, E, k, ids, weights);
   __syncwarp();
   const int lane = threadIdx.x;
@@ -125,7 +124,6 @@ __global__ void place_kernel(const int32_t* ids, int64_t pairs, int k, MoeGroupi
 template <bool kBf16>
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t ld_in, int64_t rows, int64_t width,
                               void* out, int64_t ld_out) {
-  QWICK_TRACE_BLOCK();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * width) return;
   const int64_t r = i / width, j = i % width;
@@ -147,7 +145,6 @@ __device__ __forceinline__ void add_scaled(float4& acc, float w, const float4& v
 // A thread per four outputs of a row, the experts' rows read with vector loads. With the norm, a block
 // per row.
 __global__ void combine_kernel(MoeCombine c) {
-  QWICK_TRACE_BLOCK();
   wait_and_let_next_start();
   const int64_t t = blockIdx.y;
   const int64_t h = 4 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);

@@ -12,7 +12,8 @@
 //              in a fixed order, so results do not depend on the slot order within a group
 //
 // Expert tables hold 3 matrices per expert (gate, up, down) and the shared expert as entry E.
-// Tests: tests/cuda/cuda_kernels_test.cpp (Moe.*) against route_token and the CPU moe_forward,
+// Tests: tests/cuda/moe_cuda_test.cpp (Moe.*) against route_token (moe/router.h, the CPU routing) and
+// the CPU MoE chain (backend/cpu/cpu_moe.cpp: moe_forward),
 // including routings where every token picks the same experts and most experts get no rows.
 #pragma once
 
@@ -20,7 +21,7 @@
 
 #include <cstdint>
 
-#include "kernels/matmul/matmul_cuda.h"
+#include "kernels/matmul_cuda/matmul_cuda.h"
 
 namespace qwick::cuda {
 
@@ -57,7 +58,7 @@ void swiglu(const float* gate, const float* up, int64_t ld_in, int64_t rows, int
             int64_t ld_out, bool out_bf16, cudaStream_t stream);
 
 // The decode MoE of one token in three kernels (two with MoeDecodeArgs::sync), the glue fused into the
-// matrix-vector products (moe_decode_cuda.cu, on the gemv core of matmul/gemv_core.cuh):
+// matrix-vector products (moe_decode_cuda.cu, on the gemv core of matmul_cuda/gemv_core.cuh):
 //   router   logits = [router | shared gate] · RMSNorm(x); the last block to finish routes (top-k,
 //            renormalise) into ids / weights, or with `sync` every block of the one-pass launch does
 //   gate_up  per chosen expert and the shared one: act = silu(gate · RMSNorm(x)) · (up · RMSNorm(x)),
@@ -87,11 +88,7 @@ struct MoeDecodeArgs {
   // wrote their logits, after which each one-pass block routes them itself (ids and weights then come
   // from its first block). Given to no other call of a decode step (each layer its own).
   unsigned long long* sync = nullptr;
-  // With sync: the shared expert's down rows one a lane group of every one-pass block, before the wait
-  // for the gate|up blocks; false: warp 0 of each block runs them after its routed slot.
-  bool spread_shared = true;
-  bool q8 = false;       // int8 activations into the experts (needs gemv_q8_fits of every expert matrix)
-  bool i16 = false;      // int16 activations into 4-bit experts (GemvArgs::i16); q8 wins
+  bool i16 = false;      // int16 activations into 4-bit experts (GemvArgs::i16)
   bool overlap = false;  // launch_kernel's programmatic dependent launch
 };
 inline constexpr int64_t kMoeSyncWords = 2;  // MoeDecodeArgs::sync's

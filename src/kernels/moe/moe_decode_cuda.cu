@@ -18,11 +18,11 @@
 //          itself each block routes the logits itself (no last router block, no published routing); the
 //          down rows' weights are requested while the gate|up rows finish; the shared expert's down rows
 //          are spread over every warp but the one that polls for that wait, ahead of it.
-// Test: tests/cuda/cuda_kernels_test.cpp (Moe.DecodeMatchesCpu) against the CPU moe_forward.
+// Test: tests/cuda/moe_cuda_test.cpp (Moe.DecodeMatchesCpu) against the CPU moe_forward.
 #include <algorithm>
 
-#include "kernels/cuda_launch.h"
-#include "kernels/matmul/gemv_core.cuh"
+#include "kernels/cuda/cuda_launch.h"
+#include "kernels/matmul_cuda/gemv_core.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/route_warp.cuh"
 
@@ -51,10 +51,10 @@ constexpr int kMaxDownWarps = 10;
 template <Act A>
 constexpr Act kDownAct = A == Act::kI16 ? Act::kF32 : A;
 
-// Shared memory per warp of the down kernel: the staged f32 input, then (Act::kQ8) its int8 form.
-template <int E, Act A>
+// Shared memory per warp of the down kernel: the staged f32 input.
+template <int E>
 constexpr int64_t down_warp_floats(int64_t I) {
-  return staged_floats<E>(I) + (A == Act::kQ8 ? q8_staged_bytes(I) / 4 : 0);
+  return staged_floats<E>(I);
 }
 
 template <WeightFormat F>
@@ -62,13 +62,7 @@ constexpr int elems() {
   return ChunkTraits<F>::kElems;
 }
 
-// Where a gate|up block's int8 input goes: after its staged f32 input and 32 floats of scratch.
-template <WeightFormat F>
-__device__ __forceinline__ uint8_t* gate_up_q8(const MoeDecodeArgs& a, float* xs) {
-  return reinterpret_cast<uint8_t*>(xs + staged_floats<elems<F>()>(a.H) + 32);
-}
-// A gate|up block's input: RMSNorm(x) staged at xs in A's form (Act::kQ8: f32, then its int8 form after);
-// returns the norm's factor.
+// A gate|up block's input: RMSNorm(x) staged at xs in A's form; returns the norm's factor.
 // kL2: x read past L1 (stage_norm).
 template <WeightFormat F, Act A, bool kL2 = false>
 __device__ __forceinline__ float stage_gate_up_input(const MoeDecodeArgs& a, float* xs) {
@@ -77,10 +71,6 @@ __device__ __forceinline__ float stage_gate_up_input(const MoeDecodeArgs& a, flo
   const float factor =
       stage_norm<E, 1, kL2, A>(a.x, a.norm_weight, a.eps, a.H, xs, xs + staged_floats<E>(a.H));
   __syncthreads();
-  if constexpr (A == Act::kQ8) {
-    stage_q8(xs, a.H, gate_up_q8<F>(a, xs), threadIdx.x, blockDim.x);
-    __syncthreads();
-  }
   return factor;
 }
 
@@ -105,9 +95,7 @@ __device__ __forceinline__ void gate_up_rows(const MoeDecodeArgs& a, int sub, in
   for (int r = 0; r < kPairs; ++r)
     rows[r] = weight_row(gate, gate_groups, row0 + r), rows[kPairs + r] = weight_row(up, up_groups, row0 + r);
   float acc[kRows];
-  dot_rows<F, kRows, kUnroll, A>(rows, gate.cols / E, gate.group_size, sub, lane_g,
-                                 A == Act::kQ8 ? static_cast<const void*>(gate_up_q8<F>(a, xs)) : xs, first,
-                                 stage, acc);
+  dot_rows<F, kRows, kUnroll, A>(rows, gate.cols / E, gate.group_size, sub, lane_g, xs, first, stage, acc);
   if (lane_g != 0) return;
   float* act = a.act + p * a.I;
 #pragma unroll
@@ -141,7 +129,6 @@ __device__ __forceinline__ void gate_up_block(const MoeDecodeArgs& a, int sub, i
 template <WeightFormat RF, WeightFormat F, Act A>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     router_kernel(const MoeDecodeArgs a, int sub, int router_blocks, int sub_experts) {
-  QWICK_TRACE_BLOCK();
   constexpr int E = elems<RF>();
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);
@@ -190,16 +177,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   if (threadIdx.x == 0) last = add_acq_rel(a.counter, 1) == router_blocks;
   __syncthreads();
   if (!last) return;
-  if (warp == 0) {
-    route_one<true>(a.logits, a.E, a.k, a.ids, a.weights);
-    block_trace_mark<1>();
-  }
+  if (warp == 0) route_one<true>(a.logits, a.E, a.k, a.ids, a.weights);
   if (threadIdx.x == 0) *a.counter = 0;
 }
 
 template <WeightFormat F, Act A>
 __global__ void __launch_bounds__(kWarps * 32, 2) gate_up_kernel(const MoeDecodeArgs a, int sub) {
-  QWICK_TRACE_BLOCK();
   extern __shared__ float4 smem4[];
   let_next_kernel_start();
   gate_up_block<F, A>(a, sub, static_cast<int>(blockIdx.y), blockIdx.x, true, false,
@@ -210,8 +193,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gate_up_kernel(const MoeDecode
 // the slot's coefficient, into partial[0 .. R) (lane 0 of the group; a null partial: a lane group
 // without rows, which still takes part in the warp's staging). `ids` and `weights`: the routing (the
 // router's, or the one-pass block's own in shared memory). The warp's
-// staged input is at xs in A's form (Act::kQ8: f32, then its int8 form after it); `stage` as dot_rows's, run
-// once when `first`, fills it from act row t. U: chunks per lane in flight (each row's sum is the same for
+// staged input is at xs in A's form; `stage` as dot_rows's, run once when `first`, fills it from act
+// row t. U: chunks per lane in flight (each row's sum is the same for
 // any U).
 template <WeightFormat F, Act A, int U, int R = kRows, class Stage>
 __device__ __forceinline__ void down_rows(const MoeDecodeArgs& a, const int32_t* ids, const float* weights,
@@ -221,10 +204,8 @@ __device__ __forceinline__ void down_rows(const MoeDecodeArgs& a, const int32_t*
   const DeviceMatrix m = a.experts[t < a.k ? 3 * ids[t] + 2 : 3 * a.E + 2];
   WeightRow rows[R];
   weight_rows<R>(m, row_groups(m), row0, rows);
-  const uint8_t* xq = reinterpret_cast<const uint8_t*>(xs + staged_floats<E>(a.I));
   float acc[R];
-  dot_rows<F, R, U, A>(rows, m.cols / E, m.group_size, sub, lane_g,
-                       A == Act::kQ8 ? static_cast<const void*>(xq) : xs, first, stage, acc);
+  dot_rows<F, R, U, A>(rows, m.cols / E, m.group_size, sub, lane_g, xs, first, stage, acc);
   // (the shared gate's logit from L2: the router's launch wrote it while one_pass_kernel's blocks ran)
   const float coef = t < a.k ? weights[t] : sigmoidf_(__ldcg(a.logits + a.E));
   if (lane_g == 0 && partial) {
@@ -242,10 +223,6 @@ __device__ __forceinline__ void stage_down_input(const MoeDecodeArgs& a, int t, 
   // two spilled).
   stage_plain<E, 4, kL2, A>(a.act + t * a.I, a.I, xs, lane, 32);
   __syncwarp();
-  if constexpr (A == Act::kQ8) {
-    stage_q8(xs, a.I, reinterpret_cast<uint8_t*>(xs + staged_floats<E>(a.I)), lane, 32);
-    __syncwarp();
-  }
 }
 // The block: x[row0 + i] = x_row(i) + Σ_t partial[t · rows + i] in slot order, for i < rows (after a
 // barrier); x_row(i) returns x[row0 + i] (the one-pass kernel's thread i loaded it early).
@@ -263,7 +240,6 @@ __device__ __forceinline__ void add_partials(const MoeDecodeArgs& a, const float
 
 template <WeightFormat F, Act A>
 __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecodeArgs a, int sub) {
-  QWICK_TRACE_BLOCK();
   constexpr int E = elems<F>();
   extern __shared__ float4 smem4[];
   let_next_kernel_start();
@@ -273,10 +249,9 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
             lane_g = lanes.index(lane);
   const int64_t rows_per_step = int64_t{lanes.per_warp()} * kRows,
                 rows_per_block = rows_per_step * kDownSteps;
-  // Per warp: its expert's staged input (Act::kQ8: then the int8 form); after all warps', the partial sums.
-  float* xs = reinterpret_cast<float*>(smem4) + j * down_warp_floats<E, kDownAct<A>>(a.I);
-  float* partial =
-      reinterpret_cast<float*>(smem4) + (a.k + 1) * down_warp_floats<E, kDownAct<A>>(a.I);  // [k + 1][rows]
+  // Per warp: its expert's staged input; after all warps', the partial sums.
+  float* xs = reinterpret_cast<float*>(smem4) + j * down_warp_floats<E>(a.I);
+  float* partial = reinterpret_cast<float*>(smem4) + (a.k + 1) * down_warp_floats<E>(a.I);  // [k + 1][rows]
   for (int s = 0; s < kDownSteps; ++s) {
     const int64_t row_in_block = s * rows_per_step + int64_t{group} * kRows;
     down_rows<F, kDownAct<A>, kUnroll>(
@@ -297,20 +272,17 @@ __global__ void __launch_bounds__(kMaxDownWarps * 32) down_kernel(const MoeDecod
 //      routes the logits itself (the same route_one as the router's last block without a.sync, so no
 //      block of the router publishes the routing and none waits for its count), the block runs its
 //      gate|up rows as gate_up_kernel's, and adds itself to sync[0];
-//   3. the block takes row blocks id, id + blocks, ... of the down projections. With
-//      MoeDecodeArgs::spread_shared each lane group of warps 1 .. kWarps - 1 first computes one of the
-//      block's shared-expert rows (its act is the router's launch's, so this needs only that launch's
-//      end), then warp w the routed slots w, w + kWarps, ...; otherwise warp w takes slots w, w + kWarps,
-//      ... of all k + 1, warp 0 the shared one second, after everything else, as down_kernel's warps. A
-//      routed slot's first weights are requested before the warp waits for every gate|up block
-//      (sync[0]): warp 0 polls the count, the other warps wait on its word in shared memory. The x rows
+//   3. the block takes row blocks id, id + blocks, ... of the down projections: each lane group of
+//      warps 1 .. kWarps - 1 first computes one of the block's shared-expert rows (its act is the
+//      router's launch's, so this needs only that launch's end), then warp w the routed slots w,
+//      w + kWarps, ... A routed slot's first weights are requested before the warp waits for every gate|up
+//      block (sync[0]): warp 0 polls the count, the other warps wait on its word in shared memory. The x rows
 //      the block adds to are read with its staging, in step 1.
 // Every block of the grid must be resident at once (one_pass checks it): a block of step 3 waits
 // for all of step 2. Each row's sums are down_kernel's, in the same order.
 template <WeightFormat F, Act A>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     one_pass_kernel(const MoeDecodeArgs a, int sub_in, int sub_down, unsigned router_blocks) {
-  QWICK_TRACE_BLOCK();
   constexpr int E = elems<F>();
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
@@ -342,23 +314,20 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     __syncwarp();
     if (blockIdx.x == 0 && blockIdx.y == 0 && lane < a.k)  // the step's routing, for whoever reads it
       a.ids[lane] = slot_ids[lane], a.weights[lane] = slot_weights[lane];
-    block_trace_mark<1>();
   }
   __syncthreads();
   const int p = static_cast<int>(blockIdx.y);
   gate_up_rows<F, A>(
       a, sub_in, p, 3 * slot_ids[p], blockIdx.x, smem, false, [] {}, factor);
-  block_trace_mark<2>();  // the last warp's gate|up rows done
-  __syncthreads();        // every row of the block written, and its staging read
+  __syncthreads();  // every row of the block written, and its staging read
   if (threadIdx.x == 0) add_release(a.sync, 1);
-  block_trace_mark<0>();  // (block_trace.cuh: the first warp's; every later mark 0 comes after)
 
   const LaneGroups lanes = lane_groups(sub_down);
   const int group = lanes.group(lane), lane_g = lanes.index(lane);
   // Per row block (rows0 again: held from the top through the kernel it spilled 40–56 bytes).
   const int64_t rows = int64_t{lanes.per_warp()} * kRows;
-  float* xs = smem + warp * down_warp_floats<E, kDownAct<A>>(a.I);
-  float* partial = smem + kWarps * down_warp_floats<E, kDownAct<A>>(a.I);  // [k + 1][rows]
+  float* xs = smem + warp * down_warp_floats<E>(a.I);
+  float* partial = smem + kWarps * down_warp_floats<E>(a.I);  // [k + 1][rows]
   bool waited = false;
   // The shared expert's rows of row block rb, one a lane group of warps 1 .. kWarps - 1 (row
   // warp - 1 + (kWarps - 1) · group covers the block's rows: kRows < kWarps); warp 0 polls the count of
@@ -380,8 +349,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   };
   for (int64_t rb = int64_t{blockIdx.y} * gridDim.x + blockIdx.x; rb * rows < a.H;
        rb += static_cast<int64_t>(blocks)) {
-    if (a.spread_shared) shared_rows(rb);
-    for (int t = warp; t <= (a.spread_shared ? a.k - 1 : a.k); t += kWarps) {
+    shared_rows(rb);
+    for (int t = warp; t < a.k; t += kWarps) {
       // One chunk a lane in flight: the real shape's 16 chunks a row are one per lane of its 16, and
       // a second slot's registers spilled at the launch's 128.
       down_rows<F, kDownAct<A>, 1>(
@@ -399,7 +368,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
                   wait_for_block_flag(&counted);
                 }
               }
-              block_trace_mark<3>();  // the last warp to see every gate|up block counted
               waited = true;
             }
             __syncwarp();  // also: the warp's last slot is done with xs
@@ -418,11 +386,10 @@ int elems_of(WeightFormat f) {
   return f == WeightFormat::kAffine4 ? 32 : f == WeightFormat::kAffine8 ? 16 : 8;
 }
 
-// Shared memory of a gate|up block: the staged input, 32 floats of scratch, (Act::kQ8) its int8 form.
-template <WeightFormat F, Act A>
+// Shared memory of a gate|up block: the staged input and 32 floats of scratch.
+template <WeightFormat F>
 size_t gate_up_smem(int64_t H) {
-  return sizeof(float) * static_cast<size_t>(staged_floats<elems<F>()>(H) + 32) +
-         (A == Act::kQ8 ? static_cast<size_t>(q8_staged_bytes(H)) : 0);
+  return sizeof(float) * static_cast<size_t>(staged_floats<elems<F>()>(H) + 32);
 }
 template <WeightFormat F>
 unsigned gate_up_blocks(const MoeDecodeArgs& a, int sub) {
@@ -437,7 +404,7 @@ unsigned launch_router(const MoeDecodeArgs& a, cudaStream_t stream) {
   const int rows_per_block = kWarps * (32 / sub) * kRouterRows;
   const int router_blocks = static_cast<int>(blocks_for(a.E, rows_per_block));
   const size_t smem = std::max({sizeof(float) * static_cast<size_t>(staged_floats<E>(a.H) + 32),
-                                sizeof(float) * static_cast<size_t>(a.E), gate_up_smem<F, A>(a.H)});
+                                sizeof(float) * static_cast<size_t>(a.E), gate_up_smem<F>(a.H)});
   launch_kernel(router_kernel<RF, F, A>, dim3(router_blocks + 1 + gate_up_blocks<F>(a, sub_experts)),
                 dim3(kWarps * 32), smem, stream, a.overlap, "moe router", a, sub, router_blocks, sub_experts);
   return static_cast<unsigned>(router_blocks + 1);
@@ -448,12 +415,11 @@ void launch_experts(const MoeDecodeArgs& a, cudaStream_t stream) {
   constexpr int E = elems<F>();
   const int sub_in = gemv_group_lanes(a.H / E);
   launch_kernel(gate_up_kernel<F, A>, dim3(gate_up_blocks<F>(a, sub_in), static_cast<unsigned>(a.k)),
-                dim3(kWarps * 32), gate_up_smem<F, A>(a.H), stream, a.overlap, "moe gate_up", a, sub_in);
+                dim3(kWarps * 32), gate_up_smem<F>(a.H), stream, a.overlap, "moe gate_up", a, sub_in);
   const int sub_down = gemv_group_lanes(a.I / E);
   const int rows_per_block = (32 / sub_down) * kRows * kDownSteps;
   const size_t down_smem =
-      sizeof(float) *
-      static_cast<size_t>((a.k + 1) * (down_warp_floats<E, kDownAct<A>>(a.I) + rows_per_block));
+      sizeof(float) * static_cast<size_t>((a.k + 1) * (down_warp_floats<E>(a.I) + rows_per_block));
   launch_kernel(down_kernel<F, A>, dim3(blocks_for(a.H, rows_per_block)), dim3(32 * (a.k + 1)), down_smem,
                 stream, a.overlap, "moe down", a, sub_down);
 }
@@ -474,9 +440,9 @@ OnePass one_pass(const MoeDecodeArgs& a) {
   o.sub_down = gemv_group_lanes(a.I / E);
   o.grid = dim3(gate_up_blocks<F>(a, o.sub_in), static_cast<unsigned>(a.k));
   const int64_t rows = (32 / o.sub_down) * kRows;
-  o.smem = std::max(
-      gate_up_smem<F, A>(a.H),
-      sizeof(float) * static_cast<size_t>(kWarps * down_warp_floats<E, kDownAct<A>>(a.I) + (a.k + 1) * rows));
+  o.smem =
+      std::max(gate_up_smem<F>(a.H),
+               sizeof(float) * static_cast<size_t>(kWarps * down_warp_floats<E>(a.I) + (a.k + 1) * rows));
   if (o.smem > 48 * 1024) return o;
   int per_sm = 0;
   check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, one_pass_kernel<F, A>, kWarps * 32, o.smem),
@@ -506,10 +472,10 @@ bool moe_decode_fits(WeightFormat route_format, WeightFormat expert_format, int6
   auto gpu_format = [](WeightFormat f) {
     return f == WeightFormat::kAffine4 || f == WeightFormat::kAffine8 || f == WeightFormat::kBF16;
   };
-  // Shared memory of the down kernel: k + 1 staged inputs of expert_dim floats, their int8 form
-  // (4-bit) and partial sums, under 48 KiB.
+  // Shared memory of the down kernel: k + 1 staged inputs of expert_dim floats and partial sums, under
+  // 48 KiB.
   const int E = elems_of(expert_format);
-  const int64_t down_floats = (k + 1) * ((expert_dim + E - 1) / E * (E + 4) + expert_dim / 32 * 12 + 64);
+  const int64_t down_floats = (k + 1) * ((expert_dim + E - 1) / E * (E + 4) + 64);
   return gpu_format(route_format) && gpu_format(expert_format) && expert_dim == shared_dim &&
          k < kMaxDownWarps && expert_dim % elems_of(expert_format) == 0 && down_floats * 4 < 48 * 1024;
 }
@@ -519,7 +485,6 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
     check(cudaErrorInvalidValue, "moe_decode: expert count");
   switch (a.expert_format) {
     case WeightFormat::kAffine4:
-      if (a.q8) return launch_all<WeightFormat::kAffine4, Act::kQ8>(a, stream);
       if (a.i16) return launch_all<WeightFormat::kAffine4, Act::kI16>(a, stream);
       return launch_all<WeightFormat::kAffine4, Act::kF32>(a, stream);
     case WeightFormat::kAffine8:

@@ -2,7 +2,7 @@
 // MoE (moe_decode_cuda.cu: each one-pass block, or the router's last block).
 #pragma once
 
-#include "kernels/cuda_common.cuh"
+#include "kernels/cuda/cuda_common.cuh"
 
 namespace qwick::cuda {
 

@@ -1,6 +1,6 @@
 // RMSNorm, gated RMSNorm and the embedding lookup on the GPU (contracts in norm_cuda.h).
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
 #include "kernels/norm/norm_cuda.h"
 
 namespace qwick::cuda {
@@ -19,7 +19,6 @@ __device__ __forceinline__ void store4(float* out_f32, uint16_t* out_bf16, int64
 // One block per row, four values a thread at a time (the second pass finds the row in L1).
 __global__ void rms_norm_kernel(const float* x, int64_t H, const float* w, float eps, float* out_f32,
                                 uint16_t* out_bf16) {
-  QWICK_TRACE_BLOCK();
   wait_and_let_next_start();
   __shared__ float scratch[32];
   const float4* row = reinterpret_cast<const float4*>(x + blockIdx.x * H);
@@ -37,7 +36,6 @@ __global__ void rms_norm_kernel(const float* x, int64_t H, const float* w, float
 
 // One warp per (row, head), four values a lane at a time.
 __global__ void gated_norm_kernel(GatedNormArgs a) {
-  QWICK_TRACE_BLOCK();
   wait_and_let_next_start();
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (item >= a.n * a.heads) return;
@@ -78,7 +76,6 @@ __global__ void gated_norm_kernel(GatedNormArgs a) {
 // token's, where a value at a time took a dependent round trip each (4.1 µs a decode step).
 constexpr int kEmbedPerThread = 8;
 __global__ void embed_kernel(DeviceMatrix m, const int32_t* tokens, float* out) {
-  QWICK_TRACE_BLOCK();
   const int64_t row = tokens[blockIdx.x];
   const uint8_t* p = m.data + row * m.row_bytes;
   float* o = out + blockIdx.x * m.cols;

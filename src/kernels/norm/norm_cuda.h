@@ -6,14 +6,14 @@
 //   embed_rows           hidden[t] = dequantized row tokens[t] of the embedding
 // Outputs are f32 or bf16 (the prefill GEMM's input). Rows and heads are multiples of 4 values, every
 // pointer 16-byte aligned (bf16 outputs 8): the kernels move four values per access. Tests:
-// tests/cuda/cuda_kernels_test.cpp (Norm.*) against rms_norm / gated_rms_norm / dequantize_row.
+// tests/cuda/deltanet_cuda_test.cpp (Norm.*) against rms_norm / gated_rms_norm / dequantize_row.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "kernels/matmul/matmul_cuda.h"
+#include "kernels/matmul_cuda/matmul_cuda.h"
 
 namespace qwick::cuda {
 

@@ -1,8 +1,8 @@
 // Token selection on the GPU (contract in sample_cuda.h).
 #include <algorithm>
 
-#include "kernels/cuda_common.cuh"
-#include "kernels/cuda_launch.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_launch.h"
 #include "kernels/sample/sample_cuda.h"
 
 namespace qwick::cuda {
@@ -225,7 +225,6 @@ __device__ __forceinline__ int32_t cut_and_draw(const SamplingState& st, float t
 // to finish merges them and chooses (greedy: the argmax, read straight from the merge; otherwise
 // cut_and_draw over the candidates, or over all logits).
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
-  QWICK_TRACE_BLOCK();
   __shared__ float scratch[32];
   __shared__ float sbest[32];
   __shared__ int sbest_i[32];

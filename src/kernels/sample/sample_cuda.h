@@ -20,16 +20,21 @@
 // global top-k keeps is among them, so the last block cuts and draws over those few thousand instead of
 // bisecting the whole vocabulary in one block (~1.4 ms a token at top-k 20, top-p 0.95: 64 passes over
 // 248K logits). Where a block's ties overflow its room, or top-k keeps every finite token, the last
-// block takes the whole vocabulary as before. Tests: tests/cuda/cuda_kernels_test.cpp (Sample.*).
+// block takes the whole vocabulary as before. Tests: tests/cuda/sample_cuda_test.cpp (Sample.*).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "core/sampling_params.h"
+
 namespace qwick::cuda {
 
-struct SamplingState {  // lives on the device; the host rewrites it only between steps
+// The device's copy of what the sampler uses of SamplingParams (the cuts, the temperature and the
+// seed; penalties and biases are the host Sampler's), with the count of numbers drawn so far. It
+// lives on the device; the host rewrites it only between steps.
+struct SamplingState {
   float temperature = 0.0f;
   int top_k = 0;
   float top_p = 1.0f;
@@ -37,6 +42,15 @@ struct SamplingState {  // lives on the device; the host rewrites it only betwee
   uint64_t seed = 0;
   uint64_t draws = 0;  // random numbers used so far; advanced by the kernel
 };
+// The state for `p`, `draws` numbers drawn so far.
+inline SamplingState sampling_state(const SamplingParams& p, uint64_t draws) {
+  return {p.temperature, p.top_k, p.top_p, p.min_p, p.seed, draws};
+}
+// Whether `p` asks for the draws state `s` makes.
+inline bool draws_as(const SamplingState& s, const SamplingParams& p) {
+  return p.temperature == s.temperature && p.top_k == s.top_k && p.top_p == s.top_p && p.min_p == s.min_p &&
+         p.seed == s.seed;
+}
 
 struct alignas(16) SamplePartial {  // one block's share of the first pass (read back as one float4)
   float best;
