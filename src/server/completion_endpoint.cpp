@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "server/api_error.h"
+#include "server/http_reply.h"
 #include "server/openai_format.h"
 #include "server/openai_request.h"
 #include "text/chat_prompt.h"
@@ -56,8 +57,10 @@ void CompletionEndpoint::handle(const httplib::Request& req, httplib::Response& 
   ro.stop = r.stop;
   ro.logprobs = r.logprobs;
   ro.parallel_tool_calls = r.parallel_tool_calls;
+  ro.special = options_.special;
   if (chat) {
-    ChatPrompt prompt = build_chat_prompt(r.conversation, model_.template_kind, tokenizer, r.cache_prompt);
+    ChatPrompt prompt = build_chat_prompt(r.conversation, model_.template_kind, tokenizer, r.cache_prompt,
+                                          options_.special_in_messages);
     job.prompt = std::move(prompt.tokens);
     ro.parser.starts_in_reasoning = prompt.text.ends_with("<think>\n");
     ro.parser.tools = r.conversation.tools.is_array() ? r.conversation.tools : ojson::array();
@@ -227,8 +230,10 @@ void CompletionEndpoint::whole(const std::shared_ptr<Pending>& p, httplib::Respo
     collect(*p, events);
   }
   if (p->done) {
-    res.status = p->error ? p->error->status() : 200;
-    res.set_content(body(*p), "application/json");
+    if (p->error)
+      send_error(res, *p->error);
+    else
+      send_json(res, whole_response(p->meta, p->acc, p->finish_reason, p->stats, p->logprobs));
     return;
   }
   // Still running: 200 now, then a space per interval (a gone client fails the write and the

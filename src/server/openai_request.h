@@ -6,8 +6,9 @@
 // reasoning_format, cache_prompt; `reasoning` on incoming assistant messages). A field the server
 // cannot honour (n > 1, images, response_format json_object / json_schema, tool_choice required or
 // named, legacy functions, audio, echo, suffix, best_of) is an ApiError 400 that says so, never
-// silently ignored. Null counts as absent. Request fields win over the server's defaults, which
-// come from its command line, else the model's generation_config.json.
+// silently ignored; the same holds for the sampler and constraint fields of other servers
+// (grammar, json_schema, mirostat, ...: unsupported_fields.h). Null counts as absent. Request fields win over
+// the server's defaults, which come from its command line, else the model's generation_config.json.
 //
 // Tested in tests/server/openai_request_test.cpp (each field, each rejection with its message and
 // param) and end to end in tests/node/server_api.mjs.
