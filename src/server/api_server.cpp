@@ -50,6 +50,9 @@ struct ApiServer::Impl {
   void setup();
   using Handler = void (Impl::*)(const httplib::Request&, httplib::Response&);
   httplib::Server::Handler route(Handler handler, bool needs_model);
+  // A POST route: the body is read here, and reading stops once it exceeds --max-body-size,
+  // whatever its encoding (httplib's own limit misses chunked bodies).
+  httplib::Server::HandlerWithContentReader post_route(Handler handler);
 
   void health(const httplib::Request&, httplib::Response& res);
   void metrics_text(const httplib::Request&, httplib::Response& res);
@@ -82,6 +85,34 @@ httplib::Server::Handler ApiServer::Impl::route(Handler handler, bool needs_mode
     } catch (const std::exception& e) {
       send_error(res, ApiError(500, e.what()));
     }
+  };
+}
+
+httplib::Server::HandlerWithContentReader ApiServer::Impl::post_route(Handler handler) {
+  return [this, run = route(handler, true)](const httplib::Request& req, httplib::Response& res,
+                                            const httplib::ContentReader& reader) {
+    const auto limit = static_cast<size_t>(options.max_body_bytes);
+    const ApiError too_large(413,
+                             fmt::format("the request body is larger than the limit of {} bytes", limit));
+    // The rest of an oversized body is not read: the connection closes after the answer.
+    auto refuse = [&] {
+      res.set_header("Connection", "close");
+      send_error(res, too_large);
+    };
+    if (req.has_header("Content-Length") && req.get_header_value<uint64_t>("Content-Length") > limit)
+      return refuse();
+    std::string body;
+    bool over = false;
+    const bool read = reader([&](const char* data, size_t n) {
+      over = body.size() + n > limit;
+      if (!over) body.append(data, n);
+      return !over;
+    });
+    if (over) return refuse();
+    if (!read) return send_error(res, invalid_request("the request body could not be read"));
+    httplib::Request full = req;
+    full.body = std::move(body);
+    run(full, res);
   };
 }
 
@@ -129,11 +160,11 @@ void ApiServer::Impl::setup() {
   for (const char* p : {"/v1/models", "/models"}) http.Get(p, route(&Impl::models, true));
   for (const char* p : {"/v1/models/(.+)", "/models/(.+)"}) http.Get(p, route(&Impl::model_entry, true));
   http.Get("/props", route(&Impl::props, true));
-  for (const char* p : {"/v1/chat/completions", "/chat/completions"}) http.Post(p, route(&Impl::chat, true));
-  for (const char* p : {"/v1/completions", "/completions"}) http.Post(p, route(&Impl::complete, true));
-  http.Post("/tokenize", route(&Impl::tokenize, true));
-  http.Post("/detokenize", route(&Impl::detokenize, true));
-  http.Post("/apply-template", route(&Impl::apply_template, true));
+  for (const char* p : {"/v1/chat/completions", "/chat/completions"}) http.Post(p, post_route(&Impl::chat));
+  for (const char* p : {"/v1/completions", "/completions"}) http.Post(p, post_route(&Impl::complete));
+  http.Post("/tokenize", post_route(&Impl::tokenize));
+  http.Post("/detokenize", post_route(&Impl::detokenize));
+  http.Post("/apply-template", post_route(&Impl::apply_template));
 }
 
 void ApiServer::Impl::health(const httplib::Request&, httplib::Response& res) {
