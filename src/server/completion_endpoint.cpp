@@ -50,6 +50,10 @@ void CompletionEndpoint::handle(const httplib::Request& req, httplib::Response& 
   const CompletionRequest r =
       chat ? parse_chat_request(body, model_.defaults) : parse_completion_request(body, model_.defaults);
   const Tokenizer& tokenizer = *model_.tokenizer;
+  // A prompt of n_ctx tokens or more is refused: tokenizing stops there (a huge body would
+  // otherwise be tokenized in full just to be refused).
+  const int64_t n_ctx = model_.engine->context_size();
+  const auto token_limit = static_cast<size_t>(n_ctx);
 
   CompletionJob job;
   ResponseOptions ro;
@@ -60,7 +64,7 @@ void CompletionEndpoint::handle(const httplib::Request& req, httplib::Response& 
   ro.special = options_.special;
   if (chat) {
     ChatPrompt prompt = build_chat_prompt(r.conversation, model_.template_kind, tokenizer, r.cache_prompt,
-                                          options_.special_in_messages);
+                                          options_.special_in_messages, token_limit);
     job.prompt = std::move(prompt.tokens);
     ro.parser.starts_in_reasoning = prompt.text.ends_with("<think>\n");
     ro.parser.tools = r.conversation.tools.is_array() ? r.conversation.tools : ojson::array();
@@ -68,18 +72,20 @@ void CompletionEndpoint::handle(const httplib::Request& req, httplib::Response& 
     ro.parser.tool_calls = r.tool_calls;
     if (prompt.history_tokens > 0) job.snapshot_at.push_back(prompt.history_tokens);
   } else {
-    job.prompt = r.prompt_ids.empty() ? tokenizer.encode(r.prompt_text, true) : r.prompt_ids;
+    if (r.prompt_ids.empty())
+      tokenizer.encode(r.prompt_text, true, job.prompt, token_limit);
+    else
+      job.prompt = r.prompt_ids;
   }
   const auto n_prompt = static_cast<int64_t>(job.prompt.size());
-  const int64_t n_ctx = model_.engine->context_size();
   if (n_prompt == 0) throw invalid_request("the prompt is empty", chat ? "messages" : "prompt");
   if (n_prompt >= n_ctx) {
     ApiError e(
         400,
         fmt::format("the request exceeds the available context size: {} prompt tokens, the context holds {}",
-                    n_prompt, n_ctx),
+                    n_prompt > n_ctx ? fmt::format("more than {}", n_ctx) : std::to_string(n_prompt), n_ctx),
         "", "exceed_context_size_error");
-    e.extra = {{"n_prompt_tokens", n_prompt}, {"n_ctx", n_ctx}};
+    e.extra = {{"n_prompt_tokens", n_prompt}, {"n_ctx", n_ctx}};  // (counted up to where tokenizing stopped)
     throw e;
   }
   job.sampling = r.sampling;

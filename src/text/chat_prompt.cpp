@@ -36,13 +36,15 @@ int64_t history_boundary(ChatTemplateInput conversation, const std::string& text
 }  // namespace
 
 ChatPrompt build_chat_prompt(const ChatTemplateInput& conversation, ChatTemplateKind kind,
-                             const Tokenizer& tokenizer, bool find_history, bool special_in_messages) {
+                             const Tokenizer& tokenizer, bool find_history, bool special_in_messages,
+                             size_t token_limit) {
   ChatPrompt p;
   if (special_in_messages) {
     p.text = render_chat_template(conversation, kind);
-    p.tokens = tokenizer.encode(p.text, true);
+    tokenizer.encode(p.text, true, p.tokens, token_limit);
     const Render render = [&](const ChatTemplateInput& in) { return render_chat_template(in, kind); };
-    if (find_history) p.history_tokens = history_boundary(conversation, p.text, p.tokens, render, tokenizer);
+    if (find_history && p.tokens.size() <= token_limit)
+      p.history_tokens = history_boundary(conversation, p.text, p.tokens, render, tokenizer);
     return p;
   }
   MessageLiterals literals(tokenizer);
@@ -51,11 +53,12 @@ ChatPrompt build_chat_prompt(const ChatTemplateInput& conversation, ChatTemplate
   marked.tools = literals.protect(conversation.tools);
   MessageLiterals::Restored r = literals.restore(render_chat_template(marked, kind));
   p.text = std::move(r.text);
-  p.tokens = tokenizer.encode_with_plain_ranges(p.text, r.plain);
+  p.tokens = tokenizer.encode_with_plain_ranges(p.text, r.plain, token_limit);
   const Render render = [&](const ChatTemplateInput& in) {
     return literals.restore(render_chat_template(in, kind)).text;
   };
-  if (find_history) p.history_tokens = history_boundary(marked, p.text, p.tokens, render, tokenizer);
+  if (find_history && p.tokens.size() <= token_limit)
+    p.history_tokens = history_boundary(marked, p.text, p.tokens, render, tokenizer);
   return p;
 }
 

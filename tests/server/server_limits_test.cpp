@@ -1,6 +1,7 @@
 // Request bodies against --max-body-size through raw sockets: a chunked body is cut off once it
 // passes the limit (the server stops reading it), a Content-Length over the limit is refused
-// before any of the body is read, and bodies within the limit work in both encodings.
+// before any of the body is read, bodies within the limit work in both encodings, and a prompt
+// past the context is refused without being tokenized in full.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -108,6 +109,29 @@ TEST(ServerLimits, BodiesWithinTheLimitWorkInBothEncodings) {
   auto r = server.client().Post("/v1/chat/completions", kBody, "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
+}
+
+// A prompt far past the context is refused without tokenizing all of it.
+TEST(ServerLimits, TokenizingStopsOncePastTheContext) {
+  test::ScriptedEngine::Options engine;
+  engine.context = 256;
+  TestServer server(engine, ServerOptions{});
+  std::string text;
+  for (int i = 0; i < 200000; ++i) text += "memory compute ";
+  for (const bool chat : {true, false}) {
+    const nlohmann::ordered_json body =
+        chat ? nlohmann::ordered_json{{"messages", {{{"role", "user"}, {"content", text}}}}}
+             : nlohmann::ordered_json{{"prompt", text}};
+    auto r = server.client().Post(chat ? "/v1/chat/completions" : "/v1/completions", body.dump(),
+                                  "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400);
+    const auto e = nlohmann::ordered_json::parse(r->body)["error"];
+    EXPECT_EQ(e["type"], "exceed_context_size_error");
+    EXPECT_NE(e["message"].get<std::string>().find("more than 256 prompt tokens"), std::string::npos) << e;
+    // Counted only a little past the context (one pre-tokenizer piece at most), not the 400,000.
+    EXPECT_LT(e["n_prompt_tokens"].get<int64_t>(), 300) << e;
+  }
 }
 
 }  // namespace
