@@ -68,6 +68,9 @@ void ServeOptions::add_to(ArgParser& p) {
          &cache_prompt, "QWICK_CACHE_PROMPT");
   p.option({"--cache-ram"}, "MIB", "memory for saved sequence states (device memory with CUDA); 0 = none",
            &cache_ram_mib, "LLAMA_ARG_CACHE_RAM");
+  p.option({"--cache-min-tokens"}, "N",
+           "prompt prefixes shorter than this are not saved (cheaper to prefill again than to keep)",
+           &cache_min_tokens, "QWICK_CACHE_MIN_TOKENS");
   p.option({"-ub", "--ubatch-size", "--chunk"}, "N",
            "prefill chunk size (cancellation is checked between chunks)", &chunk, "LLAMA_ARG_UBATCH");
   p.flag({"-sp", "--special"}, "show the control tokens the model writes (<|box_end|>, ...) in the text",
@@ -89,6 +92,7 @@ void ServeOptions::validate() const {
   if (server.ping_interval_s <= 0)
     fail("--sse-ping-interval must be positive, got {}", server.ping_interval_s);
   if (cache_ram_mib < 0) fail("--cache-ram must not be negative, got {}", cache_ram_mib);
+  if (cache_min_tokens < 0) fail("--cache-min-tokens must not be negative, got {}", cache_min_tokens);
   if (chunk < 1) fail("--ubatch-size must be at least 1, got {}", chunk);
   if (server.reasoning_field != "reasoning_content" && server.reasoning_field != "reasoning")
     fail("--reasoning-field must be reasoning_content or reasoning, got \"{}\"", server.reasoning_field);
