@@ -58,6 +58,7 @@ int cmd_serve(int argc, char** argv) {
     eo.prefill_chunk = o.chunk;
     eo.draft_max = served->engine.draft_max;
     eo.cache_bytes = static_cast<size_t>(o.cache_ram_mib) << 20;
+    eo.min_snapshot_tokens = o.cache_min_tokens;
     served->completions =
         std::make_unique<BackendEngine>(*served->engine.backend, model.config.vocab_size, eo);
 

@@ -12,8 +12,18 @@ void ServeOptions::add_to(ArgParser& p) {
   p.option({"--port"}, "N", "port to listen on (0 = any free port)", &s.port, "LLAMA_ARG_PORT");
   p.option({"-a", "--alias"}, "NAME", "model name in responses and /v1/models (default: the directory name)",
            &alias, "LLAMA_ARG_ALIAS");
-  p.option({"--api-key"}, "KEY", "require 'Authorization: Bearer KEY' (except /health and /v1/models)",
+  p.option({"--api-key"}, "KEY[,KEY...]",
+           "require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (except /health and /v1/models)",
            &s.api_key, "LLAMA_API_KEY");
+  p.option({"--api-key-file"}, "FILE", "more API keys, one a line", &s.api_key_file,
+           "LLAMA_ARG_API_KEY_FILE");
+  p.option({"--cors-origin"}, "LIST",
+           "origins whose web pages may call the server (comma-separated; * = any; default: none)",
+           &s.cors_origins, "QWICK_CORS_ORIGIN");
+  p.option({"--allowed-hosts"}, "LIST",
+           "Host names accepted besides localhost (on a loopback address the Host is checked against DNS "
+           "rebinding)",
+           &s.allowed_hosts, "QWICK_ALLOWED_HOSTS");
   p.option({"--threads-http"}, "N", "HTTP threads; each open connection holds one (0 = queue size + 16)",
            &s.http_threads, "LLAMA_ARG_THREADS_HTTP");
   p.option({"--queue-size"}, "N", "completions that may wait for the engine; more get 503", &s.queue_size,
@@ -58,8 +68,17 @@ void ServeOptions::add_to(ArgParser& p) {
          &cache_prompt, "QWICK_CACHE_PROMPT");
   p.option({"--cache-ram"}, "MIB", "memory for saved sequence states (device memory with CUDA); 0 = none",
            &cache_ram_mib, "LLAMA_ARG_CACHE_RAM");
+  p.option({"--cache-min-tokens"}, "N",
+           "prompt prefixes shorter than this are not saved (cheaper to prefill again than to keep)",
+           &cache_min_tokens, "QWICK_CACHE_MIN_TOKENS");
   p.option({"-ub", "--ubatch-size", "--chunk"}, "N",
            "prefill chunk size (cancellation is checked between chunks)", &chunk, "LLAMA_ARG_UBATCH");
+  p.flag({"-sp", "--special"}, "show the control tokens the model writes (<|box_end|>, ...) in the text",
+         &s.special, "LLAMA_ARG_SPECIAL");
+  p.flag({"--special-in-messages"},
+         "control-token strings typed in messages (<|im_end|>, ...) become control tokens; by default they "
+         "are plain text, so message text cannot fake role boundaries",
+         &s.special_in_messages, "QWICK_SPECIAL_IN_MESSAGES");
   p.flag({"--log-requests"}, "one line per completion on stderr", &s.log_requests, "QWICK_LOG_REQUESTS");
 }
 
@@ -73,6 +92,7 @@ void ServeOptions::validate() const {
   if (server.ping_interval_s <= 0)
     fail("--sse-ping-interval must be positive, got {}", server.ping_interval_s);
   if (cache_ram_mib < 0) fail("--cache-ram must not be negative, got {}", cache_ram_mib);
+  if (cache_min_tokens < 0) fail("--cache-min-tokens must not be negative, got {}", cache_min_tokens);
   if (chunk < 1) fail("--ubatch-size must be at least 1, got {}", chunk);
   if (server.reasoning_field != "reasoning_content" && server.reasoning_field != "reasoning")
     fail("--reasoning-field must be reasoning_content or reasoning, got \"{}\"", server.reasoning_field);

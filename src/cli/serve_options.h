@@ -27,6 +27,7 @@ struct ServeOptions {
   std::string reasoning_format = "deepseek";
   bool cache_prompt = true;
   int64_t cache_ram_mib = 4096;
+  int64_t cache_min_tokens = 64;
   int64_t chunk = 512;
 
   void add_to(ArgParser& parser);

@@ -60,8 +60,16 @@ void BackendEngine::append(std::span<const int32_t> tokens) {
 }
 
 void BackendEngine::save(std::span<const int32_t> tokens) {
-  if (cache_.budget() == 0 || cache_.contains(tokens)) return;
-  cache_.insert(std::vector<int32_t>(tokens.begin(), tokens.end()), backend_.snapshot());
+  if (cache_.budget() == 0 || static_cast<int64_t>(tokens.size()) < options_.min_snapshot_tokens ||
+      cache_.contains(tokens))
+    return;
+  unsaved_.emplace_back(std::vector<int32_t>(tokens.begin(), tokens.end()), backend_.snapshot());
+}
+
+void BackendEngine::keep_saved(bool keep) {
+  if (keep)
+    for (auto& [tokens, snapshot] : unsaved_) cache_.insert(std::move(tokens), std::move(snapshot));
+  unsaved_.clear();
 }
 
 int64_t BackendEngine::resume(const CompletionJob& job) {
@@ -122,6 +130,7 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
       if (observer.cancelled()) {
         stats.finish_reason = "cancelled";
         stats.prompt_ms = ms_since(t0);
+        keep_saved(false);
         return stats;
       }
       int64_t end = std::min(n, pos + options_.prefill_chunk);
@@ -235,7 +244,9 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
     if (job.reuse && job.snapshot_end && stats.finish_reason != "cancelled" &&
         static_cast<int64_t>(live_.size()) > n && backend_.decode_matches_prefill())
       save(live_);
+    keep_saved(stats.finish_reason != "cancelled");
   } catch (...) {
+    keep_saved(false);
     // A failed step may leave the sequence anywhere: start the next job from scratch.
     backend_.reset();
     live_.clear();

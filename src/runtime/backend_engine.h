@@ -39,6 +39,9 @@ struct BackendEngineOptions {
   int draft_max = 0;
   bool draft_adaptive = true;     // lower the depth per request when drafts stop paying
   DraftOverride draft_override;  // replaces the head's drafts (the bench's oracle, tests)
+  // Prefixes shorter than this are not saved: prefilling them again costs less than the memory
+  // their snapshot holds (the recurrent state is the same size however short the prefix).
+  int64_t min_snapshot_tokens = 0;
 };
 
 class BackendEngine : public CompletionEngine {
@@ -53,7 +56,11 @@ class BackendEngine : public CompletionEngine {
  private:
   // Puts the backend at the longest reusable prefix of `prompt`; returns its length.
   int64_t resume(const CompletionJob& job);
+  // Takes a snapshot of the sequence (now `tokens`) for the cache; it is kept only when the job
+  // ends other than cancelled (a client that left is unlikely to continue).
   void save(std::span<const int32_t> tokens);
+  void keep_saved(bool keep);
+  std::vector<std::pair<std::vector<int32_t>, std::unique_ptr<SequenceSnapshot>>> unsaved_;
   void append(std::span<const int32_t> tokens);
 
   Backend& backend_;

@@ -59,7 +59,10 @@ struct CompletionStats {
   int64_t cached_tokens = 0;  // prompt tokens restored from saved state rather than prefilled
   double prompt_ms = 0;       // restoring + prefill
   int64_t generated_tokens = 0;
-  double generation_ms = 0;   // from the end of the prefill to the last token
+  double generation_ms = 0;  // from the end of the prefill to the last token
+  // Of generated_tokens, those written inside the reasoning (filled by the server's response
+  // layer, which parses the output; 0 from the engine).
+  int64_t reasoning_tokens = 0;
   std::string finish_reason;  // "stop", "length" or "cancelled"
   int64_t draft_n = 0;           // speculative drafts verified
   int64_t draft_n_accepted = 0;  // of which accepted

@@ -9,8 +9,10 @@
 
 #include "core/error.h"
 #include "runtime/request_queue.h"
+#include "server/access_policy.h"
 #include "server/api_error.h"
 #include "server/completion_endpoint.h"
+#include "server/http_reply.h"
 #include "server/metrics.h"
 #include "text/utf8.h"
 
@@ -19,27 +21,24 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status();
-  res.set_content(wire_json(e.body()), "application/json");
-}
-
-void send_json(httplib::Response& res, const ojson& body) {
-  res.status = 200;
-  res.set_content(wire_json(body), "application/json");
-}
-
-// Endpoints that answer without an API key (as llama-server's).
-bool is_public(const std::string& path) {
-  return path == "/health" || path == "/v1/health" || path == "/models" || path == "/v1/models";
+AccessOptions access_options(const ServerOptions& o) {
+  AccessOptions a;
+  a.listen_host = o.host;
+  a.api_keys = split_list(o.api_key);
+  if (!o.api_key_file.empty())
+    for (std::string& k : read_api_key_file(o.api_key_file)) a.api_keys.push_back(std::move(k));
+  a.cors_origins = split_list(o.cors_origins);
+  a.allowed_hosts = split_list(o.allowed_hosts);
+  return a;
 }
 
 }  // namespace
 
 struct ApiServer::Impl {
-  explicit Impl(ServerOptions o) : options(std::move(o)) {}
+  explicit Impl(ServerOptions o) : options(std::move(o)), access(access_options(options)) {}
 
   ServerOptions options;
+  AccessPolicy access;
   httplib::Server http;
   ServerMetrics metrics;
   std::optional<ServedModel> model;
@@ -51,10 +50,15 @@ struct ApiServer::Impl {
   void setup();
   using Handler = void (Impl::*)(const httplib::Request&, httplib::Response&);
   httplib::Server::Handler route(Handler handler, bool needs_model);
+  // A POST route: the body is read here, and reading stops once it exceeds --max-body-size,
+  // whatever its encoding (httplib's own limit misses chunked bodies).
+  httplib::Server::HandlerWithContentReader post_route(Handler handler);
 
   void health(const httplib::Request&, httplib::Response& res);
   void metrics_text(const httplib::Request&, httplib::Response& res);
   void models(const httplib::Request&, httplib::Response& res);
+  void model_entry(const httplib::Request& req, httplib::Response& res);
+  ojson model_json() const;
   void props(const httplib::Request&, httplib::Response& res);
   void chat(const httplib::Request& req, httplib::Response& res) { completions->handle(req, res, true); }
   void complete(const httplib::Request& req, httplib::Response& res) { completions->handle(req, res, false); }
@@ -84,6 +88,34 @@ httplib::Server::Handler ApiServer::Impl::route(Handler handler, bool needs_mode
   };
 }
 
+httplib::Server::HandlerWithContentReader ApiServer::Impl::post_route(Handler handler) {
+  return [this, run = route(handler, true)](const httplib::Request& req, httplib::Response& res,
+                                            const httplib::ContentReader& reader) {
+    const auto limit = static_cast<size_t>(options.max_body_bytes);
+    const ApiError too_large(413,
+                             fmt::format("the request body is larger than the limit of {} bytes", limit));
+    // The rest of an oversized body is not read: the connection closes after the answer.
+    auto refuse = [&] {
+      res.set_header("Connection", "close");
+      send_error(res, too_large);
+    };
+    if (req.has_header("Content-Length") && req.get_header_value<uint64_t>("Content-Length") > limit)
+      return refuse();
+    std::string body;
+    bool over = false;
+    const bool read = reader([&](const char* data, size_t n) {
+      over = body.size() + n > limit;
+      if (!over) body.append(data, n);
+      return !over;
+    });
+    if (over) return refuse();
+    if (!read) return send_error(res, invalid_request("the request body could not be read"));
+    httplib::Request full = req;
+    full.body = std::move(body);
+    run(full, res);
+  };
+}
+
 void ApiServer::Impl::setup() {
   const int threads = options.http_threads > 0
                           ? options.http_threads
@@ -95,15 +127,15 @@ void ApiServer::Impl::setup() {
   http.set_write_timeout(options.timeout_s, 0);
   http.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
 
+  // Every request, whatever its route, passes the access rules first.
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options.api_key.empty() || is_public(req.path)) return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
-    const std::string bearer = "Bearer ";
-    if (auth.starts_with(bearer) && auth.substr(bearer.size()) == options.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, ApiError(401, auth.empty() ? "missing API key (send Authorization: Bearer <key>)"
-                                               : "invalid API key"));
-    return httplib::Server::HandlerResponse::Handled;
+    try {
+      return access.screen(req, res) ? httplib::Server::HandlerResponse::Handled
+                                     : httplib::Server::HandlerResponse::Unhandled;
+    } catch (const ApiError& e) {
+      send_error(res, e);
+      return httplib::Server::HandlerResponse::Handled;
+    }
   });
   // Errors httplib answers itself (no route, body too large, unreadable request) get a JSON body.
   http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
@@ -126,12 +158,13 @@ void ApiServer::Impl::setup() {
   for (const char* p : {"/health", "/v1/health"}) http.Get(p, route(&Impl::health, false));
   http.Get("/metrics", route(&Impl::metrics_text, false));
   for (const char* p : {"/v1/models", "/models"}) http.Get(p, route(&Impl::models, true));
+  for (const char* p : {"/v1/models/(.+)", "/models/(.+)"}) http.Get(p, route(&Impl::model_entry, true));
   http.Get("/props", route(&Impl::props, true));
-  for (const char* p : {"/v1/chat/completions", "/chat/completions"}) http.Post(p, route(&Impl::chat, true));
-  for (const char* p : {"/v1/completions", "/completions"}) http.Post(p, route(&Impl::complete, true));
-  http.Post("/tokenize", route(&Impl::tokenize, true));
-  http.Post("/detokenize", route(&Impl::detokenize, true));
-  http.Post("/apply-template", route(&Impl::apply_template, true));
+  for (const char* p : {"/v1/chat/completions", "/chat/completions"}) http.Post(p, post_route(&Impl::chat));
+  for (const char* p : {"/v1/completions", "/completions"}) http.Post(p, post_route(&Impl::complete));
+  http.Post("/tokenize", post_route(&Impl::tokenize));
+  http.Post("/detokenize", post_route(&Impl::detokenize));
+  http.Post("/apply-template", post_route(&Impl::apply_template));
 }
 
 void ApiServer::Impl::health(const httplib::Request&, httplib::Response& res) {
@@ -149,13 +182,23 @@ void ApiServer::Impl::metrics_text(const httplib::Request&, httplib::Response& r
   res.set_content(metrics.render(g), "text/plain; version=0.0.4");
 }
 
+ojson ApiServer::Impl::model_json() const {
+  return {
+      {"id", model->id}, {"object", "model"}, {"created", 0}, {"owned_by", "qwick"}, {"meta", model->meta}};
+}
+
 void ApiServer::Impl::models(const httplib::Request&, httplib::Response& res) {
-  send_json(res, {{"object", "list"},
-                  {"data", ojson::array({{{"id", model->id},
-                                          {"object", "model"},
-                                          {"created", 0},
-                                          {"owned_by", "qwick"},
-                                          {"meta", model->meta}}})}});
+  send_json(res, {{"object", "list"}, {"data", ojson::array({model_json()})}});
+}
+
+// GET /v1/models/{id} (the OpenAI clients' models.retrieve); ids may hold slashes.
+void ApiServer::Impl::model_entry(const httplib::Request& req, httplib::Response& res) {
+  const std::string id = req.matches[1];
+  if (id != model->id)
+    throw ApiError(404,
+                   fmt::format("the model \"{}\" does not exist (this server serves \"{}\")", id, model->id),
+                   "model");
+  send_json(res, model_json());
 }
 
 void ApiServer::Impl::props(const httplib::Request&, httplib::Response& res) {

@@ -1,8 +1,10 @@
-// The OpenAI-compatible HTTP server (cpp-httplib): routes, API key, errors, streaming, shutdown.
+// The OpenAI-compatible HTTP server (cpp-httplib): routes, errors, streaming, shutdown.
 //
-//   POST /v1/chat/completions  POST /v1/completions  GET /v1/models  GET /health  GET /metrics
-//   POST /tokenize  POST /detokenize  POST /apply-template  GET /props
+//   POST /v1/chat/completions  POST /v1/completions  GET /v1/models  GET /v1/models/{id}
+//   GET /health  GET /metrics  POST /tokenize  POST /detokenize  POST /apply-template  GET /props
 // (also without the /v1 prefix, as llama-server accepts them).
+//
+// Every request first passes the access rules (access_policy.h: Host, API keys, CORS).
 //
 // The server starts before the model is loaded (GET /health answers 503 "Loading model" until
 // attach()). Completions go through one RequestQueue (one engine worker, a bounded FIFO: 503 when
@@ -35,9 +37,12 @@ namespace qwick {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;  // 0: any free port (bind() says which)
-  std::string api_key;
-  int http_threads = 0;  // 0: queue_size + 16
+  int port = 8080;            // 0: any free port (bind() says which)
+  std::string api_key;        // keys, comma-separated (access_policy.h)
+  std::string api_key_file;   // more keys, one a line
+  std::string cors_origins;   // comma-separated; "*" for any
+  std::string allowed_hosts;  // comma-separated Host names accepted besides the loopback ones
+  int http_threads = 0;       // 0: queue_size + 16
   int64_t queue_size = 32;
   int64_t max_body_bytes = int64_t{16} << 20;
   double ping_interval_s = 5;  // keep-alive comments while a response waits
@@ -45,6 +50,9 @@ struct ServerOptions {
   int64_t keep_alive_s = 5;
   std::string reasoning_field = "reasoning_content";  // or vLLM's "reasoning"
   bool log_requests = true;                           // one line per completion on stderr
+  bool special = false;  // control tokens the model writes (<|box_end|>, ...) appear in the text
+  // Control-token strings typed in messages become control tokens (else plain text).
+  bool special_in_messages = false;
 };
 
 // What the server needs from a loaded model.

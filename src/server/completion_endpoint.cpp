@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "server/api_error.h"
+#include "server/http_reply.h"
 #include "server/openai_format.h"
 #include "server/openai_request.h"
 #include "text/chat_prompt.h"
@@ -54,6 +55,10 @@ void CompletionEndpoint::handle(const httplib::Request& req, httplib::Response& 
   const CompletionRequest r =
       chat ? parse_chat_request(body, model_.defaults) : parse_completion_request(body, model_.defaults);
   const Tokenizer& tokenizer = *model_.tokenizer;
+  // A prompt of n_ctx tokens or more is refused: tokenizing stops there (a huge body would
+  // otherwise be tokenized in full just to be refused).
+  const int64_t n_ctx = model_.engine->context_size();
+  const auto token_limit = static_cast<size_t>(n_ctx);
 
   CompletionJob job;
   ResponseOptions ro;
@@ -61,8 +66,10 @@ void CompletionEndpoint::handle(const httplib::Request& req, httplib::Response& 
   ro.stop = r.stop;
   ro.logprobs = r.logprobs;
   ro.parallel_tool_calls = r.parallel_tool_calls;
+  ro.special = options_.special;
   if (chat) {
-    ChatPrompt prompt = build_chat_prompt(r.conversation, model_.template_kind, tokenizer, r.cache_prompt);
+    ChatPrompt prompt = build_chat_prompt(r.conversation, model_.template_kind, tokenizer, r.cache_prompt,
+                                          options_.special_in_messages, token_limit);
     job.prompt = std::move(prompt.tokens);
     ro.parser.starts_in_reasoning = prompt.text.ends_with("<think>\n");
     ro.parser.tools = r.conversation.tools.is_array() ? r.conversation.tools : ojson::array();
@@ -70,18 +77,20 @@ void CompletionEndpoint::handle(const httplib::Request& req, httplib::Response& 
     ro.parser.tool_calls = r.tool_calls;
     if (prompt.history_tokens > 0) job.snapshot_at.push_back(prompt.history_tokens);
   } else {
-    job.prompt = r.prompt_ids.empty() ? tokenizer.encode(r.prompt_text, true) : r.prompt_ids;
+    if (r.prompt_ids.empty())
+      tokenizer.encode(r.prompt_text, true, job.prompt, token_limit);
+    else
+      job.prompt = r.prompt_ids;
   }
   const auto n_prompt = static_cast<int64_t>(job.prompt.size());
-  const int64_t n_ctx = model_.engine->context_size();
   if (n_prompt == 0) throw invalid_request("the prompt is empty", chat ? "messages" : "prompt");
   if (n_prompt >= n_ctx) {
     ApiError e(
         400,
         fmt::format("the request exceeds the available context size: {} prompt tokens, the context holds {}",
-                    n_prompt, n_ctx),
+                    n_prompt > n_ctx ? fmt::format("more than {}", n_ctx) : std::to_string(n_prompt), n_ctx),
         "", "exceed_context_size_error");
-    e.extra = {{"n_prompt_tokens", n_prompt}, {"n_ctx", n_ctx}};
+    e.extra = {{"n_prompt_tokens", n_prompt}, {"n_ctx", n_ctx}};  // (counted up to where tokenizing stopped)
     throw e;
   }
   job.sampling = r.sampling;
@@ -239,8 +248,10 @@ void CompletionEndpoint::whole(const std::shared_ptr<Pending>& p, httplib::Respo
     collect(*p, events);
   }
   if (p->done) {
-    res.status = p->error ? p->error->status() : 200;
-    res.set_content(body(*p), "application/json");
+    if (p->error)
+      send_error(res, *p->error);
+    else
+      send_json(res, whole_response(p->meta, p->acc, p->finish_reason, p->stats, p->logprobs));
     return;
   }
   // Still running: 200 now, then a space per interval (a gone client fails the write and the

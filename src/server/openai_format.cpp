@@ -40,6 +40,7 @@ ojson usage_json(const CompletionStats& s) {
   return {{"completion_tokens", s.generated_tokens},
           {"prompt_tokens", s.prompt_tokens},
           {"total_tokens", s.prompt_tokens + s.generated_tokens},
+          {"completion_tokens_details", {{"reasoning_tokens", s.reasoning_tokens}}},
           {"prompt_tokens_details", {{"cached_tokens", s.cached_tokens}}}};
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/unsupported_fields.h"
 
 namespace qwick {
 namespace {
@@ -112,6 +113,7 @@ std::optional<std::string> get_string(const ojson& body, const std::string& name
 
 // Features that need what this server does not have; each is refused by name.
 void refuse_unsupported(const ojson& body) {
+  refuse_unsupported_fields(body);
   if (const auto n = get_integer(body, "n", 1, 128); n && *n != 1)
     unsupported("n", "n must be 1: this server generates one choice per request");
   if (field(body, "functions") != nullptr || field(body, "function_call") != nullptr)

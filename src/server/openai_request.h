@@ -6,9 +6,10 @@
 // reasoning_format, cache_prompt; `reasoning` on incoming assistant messages), and the output
 // constraints of server/constraint_request.h (response_format, json_schema, grammar). A field the
 // server cannot honour (n > 1, images, tool_choice required or named, legacy functions, audio,
-// echo, suffix, best_of) is an ApiError 400 that says so, never
-// silently ignored. Null counts as absent. Request fields win over the server's defaults, which
-// come from its command line, else the model's generation_config.json.
+// echo, suffix, best_of) is an ApiError 400 that says so, never silently ignored; the same holds
+// for the sampler and constraint fields of other servers that qwick lacks (guided_*, mirostat,
+// ...: unsupported_fields.h). Null counts as absent. Request fields win over the server's
+// defaults, which come from its command line, else the model's generation_config.json.
 //
 // Tested in tests/server/openai_request_test.cpp (each field, each rejection with its message and
 // param) and end to end in tests/node/server_api.mjs.

@@ -6,7 +6,7 @@ ResponseTask::ResponseTask(const Tokenizer& tokenizer, ResponseOptions options, 
     : options_(std::move(options)),
       metrics_(metrics),
       created_(Clock::now()),
-      decoder_(tokenizer),
+      decoder_(tokenizer, !options_.special),
       stops_(options_.stop),
       parser_(options_.parser) {}
 
@@ -45,13 +45,13 @@ bool ResponseTask::emit(const std::string& text, std::vector<OutputDelta>& delta
 
 bool ResponseTask::truncate_calls(std::vector<OutputDelta>& deltas, size_t from) {
   if (options_.parallel_tool_calls) return false;
-  // Only the first call is kept: the output ends where a second one starts.
+  // Only the first call is kept: the output ends with it.
   for (size_t i = from; i < deltas.size(); ++i)
     if (deltas[i].tool_index >= 1) {
       deltas.resize(i);
-      return true;
+      break;
     }
-  return false;
+  return options_.chat && !parser_.message().tool_calls.empty();
 }
 
 bool ResponseTask::feed(const std::string& text, std::vector<OutputDelta>& deltas) {
@@ -76,6 +76,8 @@ TokenAction ResponseTask::on_token(const GeneratedToken& token) {
     metrics_.record_first_token(std::chrono::duration<double>(Clock::now() - created_).count());
   }
   if (options_.logprobs) unsent_tokens_.push_back(token);
+  // A token counts as reasoning when the parser reads reasoning before it (so </think> does).
+  if (options_.chat && parser_.in_reasoning()) ++reasoning_tokens_;
   ResponseEvent e;
   if (feed(decoder_.push(token.id), e.deltas)) {
     ended_by_text_ = true;
@@ -98,6 +100,7 @@ void ResponseTask::on_finished(const CompletionStats& stats) {
   ResponseEvent e;
   e.kind = ResponseEvent::Kind::kFinished;
   e.stats = stats;
+  e.stats.reasoning_tokens = reasoning_tokens_;
   // llama-server's rule: a normal stop with at least one parsed call is "tool_calls".
   e.finish_reason = stats.finish_reason;
   if (e.finish_reason == "stop" && options_.chat && !parser_.message().tool_calls.empty())

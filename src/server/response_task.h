@@ -5,7 +5,7 @@
 //     StreamDecoder (whole UTF-8) -> StopStrings (held back while a stop string may be starting)
 //       -> OutputParser (chat: reasoning / content / tool-call deltas) or plain text (completions)
 // and the resulting deltas are posted as events, with the log-probabilities of the tokens that
-// produced them. A stop string, or a second tool call when parallel_tool_calls is false, stops
+// produced them. A stop string, or the first complete tool call when parallel_tool_calls is false, stops
 // the generation. The HTTP thread waits for events (with a timeout, to write keep-alives that
 // reveal a disconnected client) and cancels the task when the client is gone.
 //
@@ -52,6 +52,7 @@ struct ResponseOptions {
   std::vector<std::string> stop;  // stop strings
   bool logprobs = false;
   bool parallel_tool_calls = true;
+  bool special = false;  // control tokens the model writes appear in the text (else hidden)
 };
 
 class ResponseTask : public CompletionTask {
@@ -74,7 +75,7 @@ class ResponseTask : public CompletionTask {
 
  private:
   // Text -> deltas through the stop strings and the parser; true once the output is complete
-  // (a stop string, or a tool call past the first when parallel calls are off).
+  // (a stop string, or the first tool call when parallel calls are off).
   bool feed(const std::string& text, std::vector<OutputDelta>& deltas);
   // Text past the stop strings -> deltas.
   bool emit(const std::string& text, std::vector<OutputDelta>& deltas);
@@ -92,6 +93,7 @@ class ResponseTask : public CompletionTask {
   StopStrings stops_;
   OutputParser parser_;
   bool text_done_ = false, first_token_ = true, ended_by_text_ = false;
+  int64_t reasoning_tokens_ = 0;  // tokens fed while the parser was in the reasoning
   std::vector<GeneratedToken> unsent_tokens_;
 
   std::mutex mutex_;

@@ -96,9 +96,9 @@ bool OutputParser::step(std::vector<OutputDelta>& deltas) {
     case State::kCallBody:
       return step_call_body(deltas);
     case State::kValue:
-      return step_value(deltas);
+      return step_value();
     case State::kCallClose:
-      return step_call_close();
+      return step_call_close(deltas);
   }
   return false;
 }
@@ -147,6 +147,8 @@ bool OutputParser::step_text(std::vector<OutputDelta>& deltas) {
     } else {
       state_ = State::kCallOpen;
       call_raw_ = kCallOpenTag;
+      call_in_reasoning_ = reasoning;
+      call_malformed_ = false;
     }
     segment_start_ = true;
     return true;
@@ -160,9 +162,7 @@ bool OutputParser::step_text(std::vector<OutputDelta>& deltas) {
 
 // After <tool_call>: expects <function=NAME> (or Qwen3-style JSON).
 bool OutputParser::step_call_open(std::vector<OutputDelta>& deltas) {
-  const size_t spaces = pending_.find_first_not_of(" \t\r\n");
-  call_raw_.append(pending_, 0, std::min(spaces, pending_.size()));
-  skip_whitespace();
+  consume(std::min(pending_.find_first_not_of(" \t\r\n"), pending_.size()));
   if (pending_.empty()) return false;
   if (pending_[0] == '{') {
     state_ = State::kCallJson;
@@ -182,8 +182,9 @@ bool OutputParser::step_call_open(std::vector<OutputDelta>& deltas) {
     return true;
   }
   if (close == std::string::npos) return false;
-  start_call(std::string(name), deltas);
-  pending_.erase(0, close + 1);
+  call_name_ = name;
+  call_arguments_ = ojson::object();
+  consume(close + 1);
   state_ = State::kCallBody;
   return true;
 }
@@ -193,19 +194,16 @@ bool OutputParser::step_call_json(std::vector<OutputDelta>& deltas) {
   const size_t end = pending_.find(kCallCloseTag);
   if (end == std::string::npos) return false;
   const ojson call = ojson::parse(std::string_view(pending_).substr(0, end), nullptr, false);
+  consume(end + kCallCloseTag.size());
   const ojson* args = call.is_object() && call.contains("arguments") ? &call["arguments"] : nullptr;
   if (!call.is_object() || !call.contains("name") || !call["name"].is_string() ||
       (args != nullptr && !args->is_object())) {
-    call_raw_.append(pending_, 0, end + kCallCloseTag.size());
-    pending_.erase(0, end + kCallCloseTag.size());
     call_failed(deltas);
     return true;
   }
-  start_call(call["name"].get<std::string>(), deltas);
-  emit_arguments(args != nullptr ? dump(*args) : "{}", deltas);
-  pending_.erase(0, end + kCallCloseTag.size());
-  state_ = State::kContent;
-  segment_start_ = true;
+  call_name_ = call["name"].get<std::string>();
+  call_arguments_ = args != nullptr ? *args : ojson::object();
+  end_call(deltas);
   return true;
 }
 
@@ -225,98 +223,107 @@ bool OutputParser::step_call_body(std::vector<OutputDelta>& deltas) {
       if (close == std::string::npos) return false;
       param_name_ = name;
       param_value_.clear();
-      pending_.erase(0, spaces + close + 1);
+      consume(spaces + close + 1);
       state_ = State::kValue;
       return true;
     }
   } else if (starts_with(rest, kFunctionClose)) {
-    pending_.erase(0, spaces + kFunctionClose.size());
-    end_call(deltas);
+    consume(spaces + kFunctionClose.size());
     state_ = State::kCallClose;
     return true;
   } else if (starts_with(rest, kCallCloseTag)) {
-    pending_.erase(0, spaces + kCallCloseTag.size());
+    consume(spaces + kCallCloseTag.size());
     end_call(deltas);
-    state_ = State::kContent;
-    segment_start_ = true;
     return true;
   } else if (could_become(rest, kBodyTags)) {
     return false;
   }
-  // Not a tag: text inside the call, kept as content up to the next possible tag (its trailing
-  // whitespace waits like any other).
+  // Not a tag: stray text inside the call, which makes it no call (read up to the next possible
+  // tag; its trailing whitespace waits like any other).
   const size_t next = rest.find('<', 1);
   const size_t text_end = trailing_space_start(rest.substr(0, std::min(next, rest.size())));
-  emit_text(OutputDelta::Kind::kContent, std::string_view(pending_).substr(0, spaces + text_end), deltas);
-  pending_.erase(0, spaces + text_end);
+  call_malformed_ = true;
+  consume(spaces + text_end);
   return true;
 }
 
 // A parameter value ends at </parameter>, or without it at the next parameter or the call's end.
-bool OutputParser::step_value(std::vector<OutputDelta>& deltas) {
+bool OutputParser::step_value() {
   const Tags tags(kValueTags);
   const auto [pos, tag] = find_tag(pending_, tags);
   if (pos == std::string_view::npos) {
     const size_t n = pending_.size() - partial_tag_suffix(pending_, tags);
     param_value_.append(pending_, 0, n);
-    pending_.erase(0, n);
+    consume(n);
     return false;
   }
   param_value_.append(pending_, 0, pos);
-  pending_.erase(0, tag == kParamClose ? pos + tag.size() : pos);
-  end_value(deltas);
+  consume(tag == kParamClose ? pos + tag.size() : pos);
+  end_value();
   state_ = State::kCallBody;
   return true;
 }
 
-bool OutputParser::step_call_close() {
-  skip_whitespace();
+// After </function>: the call is complete, with or without the </tool_call> that should follow.
+bool OutputParser::step_call_close(std::vector<OutputDelta>& deltas) {
+  consume(std::min(pending_.find_first_not_of(" \t\r\n"), pending_.size()));
   if (pending_.empty()) return false;
   if (starts_with(pending_, kCallCloseTag))
-    pending_.erase(0, kCallCloseTag.size());
+    consume(kCallCloseTag.size());
   else if (could_become(pending_, kCloseTags))
     return false;
-  // (A missing </tool_call> is tolerated: whatever follows is read as content.)
-  state_ = State::kContent;
-  segment_start_ = true;
+  end_call(deltas);
   return true;
 }
 
-void OutputParser::start_call(const std::string& name, std::vector<OutputDelta>& deltas) {
-  message_.tool_calls.push_back({name, ""});
-  deltas.push_back(
-      {OutputDelta::Kind::kToolCallStart, name, static_cast<int>(message_.tool_calls.size()) - 1});
-  params_in_call_ = 0;
-  call_raw_.clear();
-}
-
-void OutputParser::emit_arguments(std::string fragment, std::vector<OutputDelta>& deltas) {
-  message_.tool_calls.back().arguments += fragment;
-  deltas.push_back({OutputDelta::Kind::kToolCallArguments, std::move(fragment),
-                    static_cast<int>(message_.tool_calls.size()) - 1});
+void OutputParser::consume(size_t n) {
+  call_raw_.append(pending_, 0, n);
+  pending_.erase(0, n);
 }
 
 // The template writes "<parameter=K>\n" VALUE "\n</parameter>": one newline each side is framing.
-void OutputParser::end_value(std::vector<OutputDelta>& deltas) {
+void OutputParser::end_value() {
   std::string_view value = param_value_;
   if (starts_with(value, "\n")) value.remove_prefix(1);
   if (!value.empty() && value.back() == '\n') value.remove_suffix(1);
-  const ojson* schema = find_parameter_schema(options_.tools, message_.tool_calls.back().name, param_name_);
-  std::string fragment = params_in_call_ == 0 ? "{" : ",";
-  fragment += dump(param_name_) + ":" + dump(convert_parameter(value, schema));
-  ++params_in_call_;
-  emit_arguments(std::move(fragment), deltas);
+  if (call_arguments_.contains(param_name_)) call_malformed_ = true;
+  call_arguments_[param_name_] =
+      convert_parameter(value, find_parameter_schema(options_.tools, call_name_, param_name_));
 }
 
 void OutputParser::end_call(std::vector<OutputDelta>& deltas) {
-  emit_arguments(params_in_call_ == 0 ? "{}" : "}", deltas);
+  if (call_malformed_ || !tool_call_mismatch(options_.tools, call_name_, call_arguments_).empty()) {
+    call_failed(deltas);
+    return;
+  }
+  message_.tool_calls.push_back({call_name_, ""});
+  const int index = static_cast<int>(message_.tool_calls.size()) - 1;
+  deltas.push_back({OutputDelta::Kind::kToolCallStart, call_name_, index});
+  // One fragment a parameter, as a client streaming the call would see them.
+  std::vector<std::string> fragments;
+  for (const auto& [key, value] : call_arguments_.items())
+    fragments.push_back((fragments.empty() ? "{" : ",") + dump(key) + ":" + dump(value));
+  fragments.push_back(fragments.empty() ? "{}" : "}");
+  for (std::string& f : fragments) {
+    message_.tool_calls.back().arguments += f;
+    deltas.push_back({OutputDelta::Kind::kToolCallArguments, std::move(f), index});
+  }
+  call_raw_.clear();
+  resume_text();
+  segment_start_ = true;  // a new stretch of text: its leading whitespace is dropped
 }
 
-// What looked like a call is not one: its text goes to the content as written.
+// What looked like a call is not one: its text goes where the call opened, as written, and the
+// text after it continues it.
 void OutputParser::call_failed(std::vector<OutputDelta>& deltas) {
-  state_ = State::kContent;
-  emit_text(OutputDelta::Kind::kContent, call_raw_, deltas);
+  emit_text(call_in_reasoning_ ? OutputDelta::Kind::kReasoning : OutputDelta::Kind::kContent, call_raw_,
+            deltas);
   call_raw_.clear();
+  resume_text();
+}
+
+void OutputParser::resume_text() {
+  state_ = call_in_reasoning_ ? State::kReasoning : State::kContent;
 }
 
 void OutputParser::finish(std::vector<OutputDelta>& deltas) {
@@ -326,29 +333,19 @@ void OutputParser::finish(std::vector<OutputDelta>& deltas) {
     case State::kReasoning:
     case State::kContent:
       break;
+    // A call cut short (</function> not written) is text, as written.
     case State::kCallOpen:
     case State::kCallJson:
-      call_raw_ += pending_;
-      pending_.clear();
+    case State::kValue:
+    case State::kCallBody:
+      consume(pending_.size());
+      call_raw_.erase(trailing_space_start(call_raw_));
       call_failed(deltas);
       break;
-    // Inside a call what is left is whitespace or a partial tag (generation stopped while writing
-    // it): dropped, and the call is closed. An unfinished "<parameter=NAME" is kept as content.
-    case State::kValue:
-      pending_.clear();
-      end_value(deltas);
-      end_call(deltas);
-      break;
-    case State::kCallBody: {
-      const std::string_view rest = std::string_view(pending_).substr(
-          std::min(pending_.find_first_not_of(" \t\r\n"), pending_.size()));
-      if (!could_become(rest, kBodyTags)) emit_text(OutputDelta::Kind::kContent, rest, deltas);
-      pending_.clear();
-      end_call(deltas);
-      break;
-    }
+    // After </function>: what is left is whitespace or part of </tool_call>.
     case State::kCallClose:
-      pending_.clear();
+      consume(pending_.size());
+      end_call(deltas);
       break;
   }
   // Left over in reasoning or content: text held back as a possible tag, and trailing space.

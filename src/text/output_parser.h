@@ -10,16 +10,21 @@
 //   call body --<parameter=K>--> value --</parameter>--> call body --</function>--> call close
 //   call close --</tool_call>--> content (more calls or text may follow)
 //
-// Deltas are emitted as soon as they are certain: only a suffix that could be the start of a tag,
-// and trailing whitespace (dropped at the ends of reasoning and content), are held back. Parameter
-// values are converted by the tools' JSON schema (tool_arguments.h) and emitted one parameter at a
-// time as fragments of the arguments JSON, so a server can stream OpenAI tool-call chunks: a start
-// {index, name}, then argument fragments whose concatenation is the arguments object.
+// Reasoning and content deltas are emitted as soon as they are certain: only a suffix that could
+// be the start of a tag, and trailing whitespace (dropped at the ends of reasoning and content),
+// are held back. A tool call is emitted once it is complete (</function> written) and fits the
+// declared tools (tool_arguments.h: a declared name, arguments of the declared types, required
+// ones present): a start {index, name}, then one argument fragment per parameter, whose
+// concatenation is the arguments object. Parameter values are converted by the tools' JSON schema.
+// Clients act on tool calls, so anything less is not returned as one: a call cut short (by the
+// token limit or a stop string), one that does not fit, and one with stray text inside become
+// text, as written, in the part (reasoning or content) where the call opened. A call opened
+// inside the reasoning returns to the reasoning afterwards, so a later </think> still splits
+// reasoning from content.
 //
 // Malformed output never throws and loses no text: a <tool_call> not followed by <function=...>
-// (or by Qwen3-style JSON {"name", "arguments"}) goes to the content as written, junk inside a
-// call goes to the content, an unterminated value or call is closed at finish(), a missing
-// </parameter> or </tool_call> is tolerated. Results do not depend on how the text is chunked.
+// (or by Qwen3-style JSON {"name", "arguments"}) is text as written, a missing </parameter> or
+// </tool_call> is tolerated. Results do not depend on how the text is chunked.
 //
 // Tested in tests/text/output_parser_test.cpp: the same outputs fed whole, byte by byte and token
 // by token (real Qwen tokenization) give identical deltas and messages; malformed cases.
@@ -75,6 +80,9 @@ class OutputParser {
   // End of generation: emits what was held back and closes an unfinished tool call.
   void finish(std::vector<OutputDelta>& deltas);
 
+  // The next text fed is read as reasoning (the state of the parser now).
+  bool in_reasoning() const { return state_ == State::kReasoning; }
+
   // The message so far (complete after finish()).
   const ParsedMessage& message() const { return message_; }
 
@@ -86,15 +94,17 @@ class OutputParser {
   bool step_call_open(std::vector<OutputDelta>& deltas);
   bool step_call_json(std::vector<OutputDelta>& deltas);
   bool step_call_body(std::vector<OutputDelta>& deltas);
-  bool step_value(std::vector<OutputDelta>& deltas);
-  bool step_call_close();
+  bool step_value();
+  bool step_call_close(std::vector<OutputDelta>& deltas);
 
   void emit_text(OutputDelta::Kind kind, std::string_view text, std::vector<OutputDelta>& deltas);
-  void start_call(const std::string& name, std::vector<OutputDelta>& deltas);
-  void emit_arguments(std::string fragment, std::vector<OutputDelta>& deltas);
-  void end_value(std::vector<OutputDelta>& deltas);
+  // Moves `n` bytes of pending input into the raw text of the call being read.
+  void consume(size_t n);
+  void end_value();
+  // The call is complete: emitted if it fits the tools, else its raw text.
   void end_call(std::vector<OutputDelta>& deltas);
   void call_failed(std::vector<OutputDelta>& deltas);
+  void resume_text();  // back to the reasoning or content the call opened in
   void skip_whitespace();
 
   OutputParserOptions options_;
@@ -103,9 +113,13 @@ class OutputParser {
   std::string pending_;        // input not consumed yet
   bool segment_start_ = true;  // leading whitespace of reasoning/content is skipped
   bool think_allowed_;         // a <think> here would open (or repeat the opening of) reasoning
-  std::string call_raw_;       // the text of a call not yet recognised, in case it is not one
+  // The call being read: its text as written (in case it is not a call), name and arguments.
+  std::string call_raw_;
+  bool call_in_reasoning_ = false;  // opened inside the reasoning
+  bool call_malformed_ = false;     // stray text or a repeated parameter inside
+  std::string call_name_;
+  nlohmann::ordered_json call_arguments_;
   std::string param_name_, param_value_;
-  int params_in_call_ = 0;
 };
 
 }  // namespace qwick

@@ -5,7 +5,7 @@
 namespace qwick {
 
 std::string StreamDecoder::push(int32_t id) {
-  if (skip_special_ && tokenizer_->is_special(id)) return {};
+  if (skip_control_ && tokenizer_->is_control(id)) return {};
   pending_.append(tokenizer_->token_bytes(id));
   const size_t complete = utf8_complete_prefix(pending_);
   std::string out = utf8_lossy(std::string_view(pending_).substr(0, complete));

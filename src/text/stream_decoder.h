@@ -18,8 +18,9 @@ namespace qwick {
 
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false)
-      : tokenizer_(&tokenizer), skip_special_(skip_special) {}
+  // `skip_control`: control tokens (Tokenizer::is_control) give no text.
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_control = false)
+      : tokenizer_(&tokenizer), skip_control_(skip_control) {}
 
   // Text completed by this token (valid UTF-8, possibly empty).
   std::string push(int32_t id);
@@ -28,7 +29,7 @@ class StreamDecoder {
 
  private:
   const Tokenizer* tokenizer_;
-  bool skip_special_;
+  bool skip_control_;
   std::string pending_;  // bytes not yet returned: at most an unfinished sequence
 };
 

@@ -82,29 +82,57 @@ Tokenizer Tokenizer::from_json_text(std::string_view json_text, const std::strin
   }
 }
 
-void Tokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
+void Tokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& out, size_t limit) const {
   if (text.empty()) return;
   std::string normalized_storage;
   const std::string_view normalized = normalizer_.apply(text, normalized_storage);
   std::vector<std::string_view> pieces;
   pre_tokenizer_->split(normalized, pieces);
-  for (std::string_view piece : pieces) model_->encode(piece, out);
+  for (std::string_view piece : pieces) {
+    if (out.size() > limit) return;
+    model_->encode(piece, out);
+  }
 }
 
-void Tokenizer::encode(std::string_view text, bool parse_special, std::vector<int32_t>& out) const {
+void Tokenizer::encode(std::string_view text, bool parse_special, std::vector<int32_t>& out,
+                       size_t limit) const {
   if (const size_t bad = find_invalid_utf8(text); bad != std::string_view::npos)
     fail("the text to tokenize is not valid UTF-8 (byte offset {})", bad);
   size_t pos = 0;
-  while (pos < text.size()) {
+  while (pos < text.size() && out.size() <= limit) {
     const AddedTokenMatcher::Match m = added_->find(text, pos, parse_special);
     if (m.token == nullptr) {
-      encode_ordinary(text.substr(pos), out);
+      encode_ordinary(text.substr(pos), out, limit);
       break;
     }
-    encode_ordinary(text.substr(pos, m.begin - pos), out);
+    encode_ordinary(text.substr(pos, m.begin - pos), out, limit);
     out.push_back(m.token->id);
     pos = m.begin + m.length;
   }
+}
+
+std::vector<int32_t> Tokenizer::encode_with_plain_ranges(std::string_view text,
+                                                         std::span<const std::pair<size_t, size_t>> plain,
+                                                         size_t limit) const {
+  if (const size_t bad = find_invalid_utf8(text); bad != std::string_view::npos)
+    fail("the text to tokenize is not valid UTF-8 (byte offset {})", bad);
+  std::vector<int32_t> out;
+  auto range = plain.begin();
+  size_t segment = 0, from = 0;  // the ordinary text not encoded yet starts at `segment`
+  while (from < text.size() && out.size() <= limit) {
+    const AddedTokenMatcher::Match m = added_->find(text, from, true);
+    if (m.token == nullptr) break;
+    while (range != plain.end() && range->second <= m.begin) ++range;
+    if (m.token->special && range != plain.end() && range->first <= m.begin) {
+      from = m.begin + 1;  // inside a plain range: part of the ordinary text
+      continue;
+    }
+    encode_ordinary(text.substr(segment, m.begin - segment), out, limit);
+    out.push_back(m.token->id);
+    segment = from = m.begin + m.length;
+  }
+  if (out.size() <= limit) encode_ordinary(text.substr(segment), out, limit);
+  return out;
 }
 
 std::vector<std::string> Tokenizer::pieces(std::string_view text, bool parse_special) const {
@@ -151,6 +179,14 @@ bool Tokenizer::is_special(int32_t id) const {
   if (id < 0 || id >= id_limit_) return false;
   const int32_t a = added_index_[static_cast<size_t>(id)];
   return a >= 0 && added_->tokens()[static_cast<size_t>(a)].special;
+}
+
+bool Tokenizer::is_control(int32_t id) const {
+  if (id < 0 || id >= id_limit_) return false;
+  const int32_t a = added_index_[static_cast<size_t>(id)];
+  if (a < 0) return false;
+  const AddedToken& t = added_->tokens()[static_cast<size_t>(a)];
+  return t.special || (t.content.starts_with("<|") && t.content.ends_with("|>"));
 }
 
 std::optional<int32_t> Tokenizer::added_token_id(std::string_view content) const {

@@ -14,6 +14,7 @@
 // (a generated corpus against the Rust tokenizers library).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -41,7 +42,17 @@ class Tokenizer {
   // marked special (<think>, <tool_call>, ...) are always matched. Throws Error if `text` is not
   // valid UTF-8 (naming the byte offset).
   std::vector<int32_t> encode(std::string_view text, bool parse_special) const;
-  void encode(std::string_view text, bool parse_special, std::vector<int32_t>& out) const;
+  // `limit`: encoding stops once `out` holds more than `limit` tokens (the rest of the text is not
+  // encoded), for callers that refuse longer texts anyway.
+  void encode(std::string_view text, bool parse_special, std::vector<int32_t>& out,
+              size_t limit = SIZE_MAX) const;
+  // As encode(text, true), except that inside the byte ranges `plain` ([begin, end), sorted, not
+  // overlapping) special tokens are ordinary text: a chat prompt whose message text must not
+  // fake the template's control tokens. Text across a range's edge tokenizes as if no range were
+  // there.
+  std::vector<int32_t> encode_with_plain_ranges(std::string_view text,
+                                                std::span<const std::pair<size_t, size_t>> plain,
+                                                size_t limit = SIZE_MAX) const;
 
   // The pieces BPE sees, in order: each added token matched, and each piece the pre-tokenizer cut
   // from the normalized text between them. For tests and debugging.
@@ -54,6 +65,10 @@ class Tokenizer {
   std::string_view token_bytes(int32_t id) const;
   bool has_token(int32_t id) const;
   bool is_special(int32_t id) const;
+  // A control token: special, or an added token written <|...|> (Qwen's FIM and repository
+  // markers are not marked special but are no text either). <think>, <tool_call> and the other
+  // markup tags are not control tokens: the output parser reads them.
+  bool is_control(int32_t id) const;
   // The id of an added token by its text ("<|im_end|>"), if there is one.
   std::optional<int32_t> added_token_id(std::string_view content) const;
 
@@ -64,7 +79,7 @@ class Tokenizer {
 
  private:
   Tokenizer() = default;
-  void encode_ordinary(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_ordinary(std::string_view text, std::vector<int32_t>& out, size_t limit = SIZE_MAX) const;
 
   std::unique_ptr<BpeModel> model_;
   std::unique_ptr<AddedTokenMatcher> added_;

@@ -1,6 +1,7 @@
 #include "text/tool_arguments.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 
@@ -42,22 +43,80 @@ std::string_view trim_ascii(std::string_view s) {
   return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
 }
 
+// The declared function object named `name` in a tools list, or nullptr.
+const ojson* find_function(const ojson& tools, std::string_view name) {
+  if (!tools.is_array()) return nullptr;
+  for (const auto& tool : tools) {
+    const ojson* f = tool.is_object() && tool.contains("function") ? &tool["function"] : &tool;
+    if (f->is_object() && f->contains("name") && (*f)["name"] == name) return f;
+  }
+  return nullptr;
+}
+
+// The "parameters" schema of a declared function, or nullptr.
+const ojson* parameters_of(const ojson& function) {
+  const auto params = function.find("parameters");
+  return params == function.end() || !params->is_object() ? nullptr : &*params;
+}
+
+bool has_kind(const ojson& v, const std::string& type) {
+  if (type == "string") return v.is_string();
+  if (type == "integer")
+    return v.is_number_integer() || v.is_number_unsigned() ||
+           (v.is_number_float() && std::trunc(v.get<double>()) == v.get<double>());
+  if (type == "number") return v.is_number();
+  if (type == "boolean") return v.is_boolean();
+  if (type == "null") return v.is_null();
+  if (type == "array") return v.is_array();
+  if (type == "object") return v.is_object();
+  return true;  // a type name JSON Schema does not define: not ours to refuse
+}
+
+// `value` has one of the schema's types and, where it lists an enum, one of its values.
+bool fits(const ojson& value, const ojson& schema) {
+  std::set<std::string> types;
+  collect_types(schema, types);
+  if (!types.empty() &&
+      std::none_of(types.begin(), types.end(), [&](const auto& t) { return has_kind(value, t); }))
+    return false;
+  if (const auto e = schema.find("enum"); e != schema.end() && e->is_array())
+    return std::find(e->begin(), e->end(), value) != e->end();
+  return true;
+}
+
 }  // namespace
 
 const ojson* find_parameter_schema(const ojson& tools, std::string_view function,
                                    std::string_view parameter) {
-  if (!tools.is_array()) return nullptr;
-  for (const auto& tool : tools) {
-    const ojson* f = tool.is_object() && tool.contains("function") ? &tool["function"] : &tool;
-    if (!f->is_object() || !f->contains("name") || (*f)["name"] != function) continue;
-    const auto params = f->find("parameters");
-    if (params == f->end() || !params->is_object()) return nullptr;
-    const auto props = params->find("properties");
-    if (props == params->end() || !props->is_object()) return nullptr;
-    const auto p = props->find(std::string(parameter));
-    return p == props->end() ? nullptr : &*p;
+  const ojson* f = find_function(tools, function);
+  const ojson* params = f != nullptr ? parameters_of(*f) : nullptr;
+  if (params == nullptr) return nullptr;
+  const auto props = params->find("properties");
+  if (props == params->end() || !props->is_object()) return nullptr;
+  const auto p = props->find(std::string(parameter));
+  return p == props->end() ? nullptr : &*p;
+}
+
+std::string tool_call_mismatch(const ojson& tools, std::string_view function, const ojson& arguments) {
+  const ojson* f = find_function(tools, function);
+  if (f == nullptr) return "no tool named \"" + std::string(function) + "\" was declared";
+  const ojson* params = parameters_of(*f);
+  if (params == nullptr) return {};
+  const auto props = params->find("properties");
+  const bool closed = params->value("additionalProperties", ojson(true)) == false;
+  for (const auto& [key, value] : arguments.items()) {
+    const bool described = props != params->end() && props->is_object() && props->contains(key);
+    if (!described) {
+      if (closed) return "argument \"" + key + "\" is not declared";
+      continue;
+    }
+    if (!fits(value, (*props)[key])) return "argument \"" + key + "\" does not fit its schema";
   }
-  return nullptr;
+  if (const auto required = params->find("required"); required != params->end() && required->is_array())
+    for (const auto& name : *required)
+      if (name.is_string() && !arguments.contains(name.get<std::string>()))
+        return "required argument " + name.dump() + " is missing";
+  return {};
 }
 
 ojson convert_parameter(std::string_view text, const ojson* schema) {

@@ -8,7 +8,7 @@
 // "enum"/"const". A value that does not parse as any declared type, and a parameter the schema
 // does not describe, stay strings: text is never lost.
 //
-// Tested in tests/text/output_parser_test.cpp (a table of types and texts).
+// Tested in tests/text/output_parser_test.cpp (a table of types and texts, calls that do not fit).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -22,5 +22,12 @@ const nlohmann::ordered_json* find_parameter_schema(const nlohmann::ordered_json
                                                     std::string_view function, std::string_view parameter);
 
 nlohmann::ordered_json convert_parameter(std::string_view text, const nlohmann::ordered_json* schema);
+
+// Why a call of `function` with `arguments` (an object) does not fit the `tools` list: the
+// function is not declared, an argument has a type (or enum value) its schema does not allow, a
+// required argument is missing, or an undeclared one is given where additionalProperties is false.
+// Empty when the call fits. Clients act on calls, so a call that does not fit is not one.
+std::string tool_call_mismatch(const nlohmann::ordered_json& tools, std::string_view function,
+                               const nlohmann::ordered_json& arguments);
 
 }  // namespace qwick

@@ -13,7 +13,8 @@ const args = parseArgs();
 const OpenAI = await openaiModule();
 const t = checker("server_reuse");
 const model = tinyModel(args.qwick, args.scratch);
-const common = ["serve", "-m", model, "-c", "2048", "-t", "1"];
+// The conversations here are short: every prefix is worth saving for the test.
+const common = ["serve", "-m", model, "-c", "2048", "-t", "1", "--cache-min-tokens", "0"];
 
 const questions = ["What is the capital of France?", "And of Italy? Answer briefly.", "Compare the two cities.",
                    "Which one is older?", "Thanks! One more: which is larger?"];

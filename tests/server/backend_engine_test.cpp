@@ -201,6 +201,30 @@ TEST(BackendEngine, CancelsBetweenPrefillChunksAndDecodeSteps) {
   EXPECT_EQ(after.tokens, fresh(greedy(a, 8)));
 }
 
+// Snapshots are memory: none for a job that was cancelled (its client left), none for prefixes
+// shorter than the minimum.
+TEST(BackendEngine, CancelledJobsAndShortPrefixesSaveNoSnapshots) {
+  auto b = backend();
+  BackendEngineOptions options;
+  options.min_snapshot_tokens = 40;
+  BackendEngine engine(*b, tiny().config.vocab_size, options);
+  Recorder cancelled;
+  cancelled.cancel_after_tokens = 2;
+  EXPECT_EQ(engine.run(greedy(random_tokens(64, 20), 8, {50}), cancelled).finish_reason, "cancelled");
+  EXPECT_EQ(engine.cache_stats().entries, 0);
+  Recorder in_prefill;
+  in_prefill.cancel_after_chunks = 1;
+  engine.run(greedy(random_tokens(600, 21), 8, {50}), in_prefill);
+  EXPECT_EQ(engine.cache_stats().entries, 0);
+  Recorder short_prompt;
+  engine.run(greedy(random_tokens(30, 22), 4, {20}), short_prompt);
+  EXPECT_EQ(engine.cache_stats().entries, 0);
+  // A finished job with a long enough prompt is saved.
+  Recorder long_prompt;
+  engine.run(greedy(random_tokens(64, 23), 4, {20}), long_prompt);
+  EXPECT_GE(engine.cache_stats().entries, 1);
+}
+
 TEST(BackendEngine, StopsAtStopTokensAndAtTheContextLimit) {
   auto b = backend(64);
   BackendEngine engine(*b, tiny().config.vocab_size, {});

@@ -13,12 +13,18 @@ std::vector<CompletionStats> ScriptedEngine::finished() const {
   return finished_;
 }
 
+std::vector<int32_t> ScriptedEngine::last_prompt() const {
+  std::lock_guard lock(mutex_);
+  return last_prompt_;
+}
+
 CompletionStats ScriptedEngine::run(const CompletionJob& job, CompletionObserver& observer) {
   CompletionStats s;
   s.prompt_tokens = static_cast<int64_t>(job.prompt.size());
   auto record = [&] {
     std::lock_guard lock(mutex_);
     finished_.push_back(s);
+    last_prompt_ = job.prompt;
     return s;
   };
   const std::string prompt = tokenizer_.decode(job.prompt);

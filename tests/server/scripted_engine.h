@@ -32,6 +32,8 @@ class ScriptedEngine : public CompletionEngine {
   CompletionStats run(const CompletionJob& job, CompletionObserver& observer) override;
 
   std::vector<CompletionStats> finished() const;
+  // The prompt tokens of the last finished job.
+  std::vector<int32_t> last_prompt() const;
 
  private:
   const Tokenizer& tokenizer_;
@@ -39,6 +41,7 @@ class ScriptedEngine : public CompletionEngine {
   Options options_;
   mutable std::mutex mutex_;
   std::vector<CompletionStats> finished_;
+  std::vector<int32_t> last_prompt_;
 };
 
 }  // namespace qwick::test

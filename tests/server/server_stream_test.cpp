@@ -263,6 +263,7 @@ TEST(ServerStream, AFullQueueAnswers503) {
   auto r = server.client().Post("/v1/chat/completions", chat_body("c", false).dump(), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
   const ojson e = ojson::parse(r->body)["error"];
   EXPECT_EQ(e["type"], "unavailable_error");
   EXPECT_EQ(e["code"], 503);

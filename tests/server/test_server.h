@@ -53,6 +53,7 @@ class TestServer {
     return c;
   }
   ApiServer& server() { return *server_; }
+  int port() const { return port_; }
   // The scripted engine (for a server made with one).
   ScriptedEngine& engine() { return dynamic_cast<ScriptedEngine&>(*engine_); }
 

@@ -22,7 +22,11 @@ const ojson kTools = ojson::parse(R"([
     "location": {"type": "string"}, "days": {"type": "integer"}, "metric": {"type": "boolean"},
     "ratio": {"type": "number"}, "filters": {"type": "object"}, "tags": {"type": "array"},
     "note": {"type": ["string", "null"]}, "mode": {"enum": ["fast", "slow"]},
-    "limit": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}}}}])");
+    "limit": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}}}},
+  {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {
+    "id": {"type": "integer"}}, "required": ["id"], "additionalProperties": false}}},
+  {"type": "function", "function": {"name": "list_files"}},
+  {"type": "function", "function": {"name": "f"}}])");
 
 struct Result {
   std::vector<OutputDelta> deltas;  // adjacent text deltas of one kind merged
@@ -156,24 +160,74 @@ TEST(OutputParser, ThinkingOff) {
   EXPECT_EQ(r.message.content, "y");
 }
 
-TEST(OutputParser, CutShortOutputsLoseNothing) {
+// Output cut short (the token limit, a stop string) keeps its text; a call cut before
+// </function> is never a call, whatever it had written.
+TEST(OutputParser, CutShortOutputsLoseNothingAndAreNoCalls) {
   Result r = parse_all_ways("Still thinking about</thi");
   EXPECT_EQ(r.message.reasoning_content, "Still thinking about</thi");
   r = parse_all_ways("r</think>\n\nok <tool_c");
   EXPECT_EQ(r.message.content, "ok <tool_c");
-  r = parse_all_ways("r</think><tool_call>\n<function=get_weather>\n<parameter=location>\nPar");
-  ASSERT_EQ(r.message.tool_calls.size(), 1u);
-  EXPECT_EQ(r.message.tool_calls[0].arguments, R"({"location":"Par"})");
-  r = parse_all_ways("r</think><tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</param");
+  for (const std::string cut : {"<tool_call>\n<function=get_weather>\n<parameter=location>\nPar",
+                                "<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</param",
+                                "<tool_call>\n<function=get_weather>\n<parameter=loca",
+                                "<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n",
+                                "<tool_call>\n<function=get_wea", "<tool_call>\n{\"name\": \"f\", \"argu"}) {
+    r = parse_all_ways("r</think>" + cut);
+    EXPECT_TRUE(r.message.tool_calls.empty()) << cut;
+    EXPECT_EQ(r.message.content, cut.substr(0, cut.find_last_not_of('\n') + 1)) << cut;
+  }
+  // Complete once </function> is written, </tool_call> or not.
+  r = parse_all_ways(
+      "r</think><tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool");
   ASSERT_EQ(r.message.tool_calls.size(), 1u);
   EXPECT_EQ(r.message.tool_calls[0].arguments, R"({"days":2})");
-  r = parse_all_ways("r</think><tool_call>\n<function=get_weather>\n<parameter=loca");
+  EXPECT_EQ(r.message.content, "");
+}
+
+// Calls are checked against the declared tools; one that does not fit is text, as written.
+TEST(OutputParser, CallsThatDoNotFitTheToolsAreText) {
+  const std::string fits =
+      "<tool_call>\n<function=lookup>\n<parameter=id>\n7\n</parameter>\n</function>\n</tool_call>";
+  Result r = parse_all_ways("r</think>" + fits);
   ASSERT_EQ(r.message.tool_calls.size(), 1u);
-  EXPECT_EQ(r.message.tool_calls[0].arguments, "{}");
-  EXPECT_EQ(r.message.content, "<parameter=loca");
-  r = parse_all_ways("r</think><tool_call>\n<function=get_wea");
-  EXPECT_EQ(r.message.content, "<tool_call>\n<function=get_wea");
-  EXPECT_TRUE(r.message.tool_calls.empty());
+  EXPECT_EQ(r.message.tool_calls[0].arguments, R"({"id":7})");
+  for (const std::string bad :
+       {"<tool_call>\n<function=delete_all>\n</function>\n</tool_call>",  // not declared
+        "<tool_call>\n<function=lookup>\n<parameter=id>\nabc\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=lookup>\n</function>\n</tool_call>",  // required id missing
+        "<tool_call>\n<function=lookup>\n<parameter=id>\n1\n</parameter>\n<parameter=x>\n1\n"
+        "</parameter>\n</function>\n</tool_call>",  // additionalProperties false
+        "<tool_call>\n<function=get_weather>\n<parameter=mode>\nmedium\n</parameter>\n</function>\n"
+        "</tool_call>",  // not in the enum
+        "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"id\": \"7\"}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>"}) {
+    r = parse_all_ways("r</think>" + bad + "\nAfter.");
+    EXPECT_TRUE(r.message.tool_calls.empty()) << bad;
+    EXPECT_EQ(r.message.content, bad + "\nAfter.") << bad;
+  }
+  // Without declared tools at all, no call fits.
+  OutputParser none({false, ojson::array()});
+  std::vector<OutputDelta> d;
+  none.feed(fits, d);
+  none.finish(d);
+  EXPECT_TRUE(none.message().tool_calls.empty());
+  EXPECT_EQ(none.message().content, fits);
+}
+
+// A call opened inside the reasoning leaves the reasoning open: the </think> that follows still
+// ends it, and nothing of the reasoning reaches the content.
+TEST(OutputParser, ToolCallInsideReasoningKeepsTheSplit) {
+  const Result r = parse_all_ways(
+      "Let me look.\n<tool_call>\n<function=lookup>\n<parameter=id>\n3\n</parameter>\n</function>\n"
+      "</tool_call>\nMore thought.\n</think>\n\nThe answer.");
+  ASSERT_EQ(r.message.tool_calls.size(), 1u);
+  EXPECT_EQ(r.message.reasoning_content, "Let me look.More thought.");
+  EXPECT_EQ(r.message.content, "The answer.");
+  // A cut or unfitting call inside the reasoning stays reasoning text.
+  const Result cut = parse_all_ways("Hmm <tool_call>\n<function=lookup>\n<parameter=id>\n3");
+  EXPECT_TRUE(cut.message.tool_calls.empty());
+  EXPECT_EQ(cut.message.reasoning_content, "Hmm<tool_call>\n<function=lookup>\n<parameter=id>\n3");
+  EXPECT_EQ(cut.message.content, "");
 }
 
 TEST(OutputParser, MalformedCallsBecomeContentOrAreTolerated) {
@@ -181,16 +235,17 @@ TEST(OutputParser, MalformedCallsBecomeContentOrAreTolerated) {
   Result r = parse_all_ways("r</think>\n\nUse <tool_call> tags like this.");
   EXPECT_EQ(r.message.content, "Use<tool_call> tags like this.");
   EXPECT_TRUE(r.message.tool_calls.empty());
-  // Junk between and inside calls is content; missing closers are tolerated.
+  // Junk between calls is content, a call with stray text inside is text as written; missing
+  // closers are tolerated.
+  const std::string stray =
+      "<tool_call>\n<function=get_weather>\nstray text\n<parameter=days>\n1\n</parameter>\n</tool_call>";
   r = parse_all_ways(
       "r</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=days>\n1\n<parameter=metric>\nfalse\n"
-      "</function>\nsome junk\n<tool_call>\n<function=get_weather>\nstray "
-      "text\n<parameter=days>\nx\n</parameter>\n"
-      "</tool_call>\nDone.");
-  ASSERT_EQ(r.message.tool_calls.size(), 2u);
+      "</function>\nsome junk\n" +
+      stray + "\nDone.");
+  ASSERT_EQ(r.message.tool_calls.size(), 1u);
   EXPECT_EQ(r.message.tool_calls[0].arguments, R"({"days":1,"metric":false})");
-  EXPECT_EQ(r.message.tool_calls[1].arguments, R"({"days":"x"})");  // not an integer: kept as text
-  EXPECT_EQ(r.message.content, "some junk\nstray textDone.");
+  EXPECT_EQ(r.message.content, "some junk" + stray + "\nDone.");
   // Qwen3-style JSON inside <tool_call>.
   r = parse_all_ways(
       "r</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": "
@@ -282,10 +337,16 @@ TEST(OutputParser, EmitsAsSoonAsCertain) {
   EXPECT_EQ(d[0].kind, Kind::kContent);
   EXPECT_EQ(d[0].text, "Answer");
   d.clear();
-  p.feed("_call>\n<function=get_weather>\n", d);
-  ASSERT_EQ(d.size(), 1u);
+  p.feed("_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n", d);
+  EXPECT_TRUE(d.empty());  // a call is held until it is complete
+  p.feed("</function>", d);
+  EXPECT_TRUE(d.empty());  // </tool_call> may follow
+  p.feed("\n</tool_call>", d);
+  ASSERT_EQ(d.size(), 3u);
   EXPECT_EQ(d[0].kind, Kind::kToolCallStart);
   EXPECT_EQ(d[0].text, "get_weather");
+  EXPECT_EQ(d[1].text, R"({"days":2)");
+  EXPECT_EQ(d[2].text, "}");
 }
 
 // Options of a server request: no tools (or tool_choice "none") keeps tool-call markup as text;

@@ -56,15 +56,15 @@ TEST(StreamDecoder, MatchesLossyDecodeOfRandomByteTokens) {
   }
 }
 
-TEST(StreamDecoder, SkipsSpecialTokensWhenAsked) {
-  const auto ids = qwen3().encode("<|im_start|>hi<think>", true);
+TEST(StreamDecoder, SkipsControlTokensWhenAsked) {
+  const auto ids = qwen3().encode("<|im_start|>hi<|fim_suffix|><think>", true);
   StreamDecoder keep(qwen3()), skip(qwen3(), true);
   std::string a, b;
   for (int32_t id : ids) {
     a += keep.push(id);
     b += skip.push(id);
   }
-  EXPECT_EQ(a, "<|im_start|>hi<think>");
+  EXPECT_EQ(a, "<|im_start|>hi<|fim_suffix|><think>");
   EXPECT_EQ(b, "hi<think>");
 }
 
