@@ -26,7 +26,7 @@ for f in $files; do
     status=1
   elif grep -q C7520 <<<"$log"; then
     grep C7520 <<<"$log"
-    echo "$f: ptxas serialized its warpgroup products (see docs/gpu-notes.md, session 14)"
+    echo "$f: ptxas serialized its warpgroup products (docs/cuda.md)"
     status=1
   else
     echo "$f: no serialized warpgroup products"

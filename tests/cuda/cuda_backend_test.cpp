@@ -6,7 +6,7 @@
 // Tolerances: prefill runs bf16 activations into the tensor cores (decode keeps f32). How far that
 // alone moves each fixture was measured by running the CPU backend with every matmul input rounded
 // to bf16 (the router left in f32): tiny/hf 6.9e-2 (one late discrete jump: tiny's random norms make
-// it very sensitive), tiny/mlx4 3.5e-2, small/mlx4 1.5e-2 (docs/gpu-notes.md). The bounds sit just
+// it very sensitive), tiny/mlx4 3.5e-2, small/mlx4 1.5e-2. The bounds sit just
 // above those; decode-path comparisons keep 1e-2. The prefill router also takes bf16 inputs (the
 // CPU's fast prefill does too; these tests run it exact): a rounding that moves a near tie picks
 // another expert, so comparisons across that (prefill against decode or the exact CPU, or after one

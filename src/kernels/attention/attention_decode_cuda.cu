@@ -19,7 +19,7 @@
 // transposed V register's are 2 keys × 2 dims, regrouped per dim (o's dims are permuted, o_dim). A
 // key's scale multiplies its scores, a value's scale its p in the products (not the softmax's sum).
 // (Converting each tile through a shared-memory f16 copy instead gained 12.9 % over bf16 at 128K, this
-// kernel 18.8 %, each against bf16 in its own call: docs/gpu-notes.md, session 43.)
+// kernel 18.8 %, each against bf16 in its own call.)
 //
 // Combine: block (query head h, 32 dims); the splits' weights exp(m_s − M) in shared memory, warp w
 // sums splits w, w + 8, ... (coalesced rows), the warps' sums meet in shared memory, then the sigmoid
@@ -59,8 +59,8 @@ struct DecodeSmem {
   // give each one block), and the shared-memory step the driver then configures (164 KB) leaves room
   // beside the block for one of the combine's, whose output-gate rows stream while the splits run.
   // (q8's 70 KB let two blocks share one, likely leaving others idle: 454.5 tokens/s at 128K against
-  // 468.6 at 120 KB, session 43. At 120 KB the 132 KB step left no room: the combine's blocks started
-  // as the splits ended, −2.1 % at 4K against bf16, −0.3 % at 132 KB; docs/gpu-notes.md, session 44.)
+  // 468.6 at 120 KB. At 120 KB the 132 KB step left no room: the combine's blocks started
+  // as the splits ended, −2.1 % at 4K against bf16, −0.3 % at 132 KB.)
   static constexpr size_t kOneBlockPerSm = 132 * 1024;
   static constexpr size_t kMergeBytes = sizeof(float) * kWarps * kMaxGroup * (kMergeLd + 2);
   static constexpr size_t kBytes =

@@ -79,11 +79,11 @@ void matmul_batch(std::span<const MatmulProblem> problems, ThreadPool& pool, Mat
   // its products against 4-bit weights run row by row on the int8 path.
   if (precision == MatmulPrecision::kFastDecode) {
     bool split = false;
-    for (const auto& p : problems) split |= p.n > 1 && q8_supported(*p.w);
+    for (const auto& p : problems) split |= p.n > 1 && i8_supported(*p.w);
     if (split) {
       std::vector<MatmulProblem> rows;
       for (const auto& p : problems) {
-        if (p.n <= 1 || !q8_supported(*p.w)) {
+        if (p.n <= 1 || !i8_supported(*p.w)) {
           rows.push_back(p);
           continue;
         }

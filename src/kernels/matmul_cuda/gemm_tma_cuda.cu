@@ -13,7 +13,7 @@
 //             rows of y16, or SwiGLU of a gate|up pair stacked in 8-row runs into act
 //
 // Why: the 4-bit wgmma kernel (gemm_wgmma_cuda.cu) decodes W in the threads that issue the products,
-// and is bound by that chain (docs/gpu-notes.md, session 14). A bf16 copy of the dense prefill
+// and is bound by that chain (docs/cuda.md). A bf16 copy of the dense prefill
 // matrices (2.8 GB for the full model) read through this kernel leaves the warps only the products.
 //
 // Tests: tests/cuda/gemm_cuda_test.cpp (Gemm.TmaMatchesCpu) against the CPU matmul.

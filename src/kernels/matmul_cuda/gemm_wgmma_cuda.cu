@@ -358,7 +358,7 @@ void gemm_wgmma(const GemmArgs& a, cudaStream_t stream) {
   // A plain bf16 GEMM of one wave at one block an SM (the prefill router: 96 blocks at 4096 rows) takes
   // that block with 6 stages. A bf16 slice is four times a 4-bit one's bytes, so at two blocks an SM
   // (3 stages each) a block keeps one slice in flight and waits on its copy's round trip: the router
-  // took ~55 µs at 4096 rows so (session 17's timeline).
+  // took ~55 µs at 4096 rows so.
   const bool deep = a.format == WeightFormat::kBF16 && !a.tiles &&
                     int64_t{blocks_for(a.N, kBW)} * t.tiles <= multiprocessor_count();
   if (t.rows == 256)

@@ -228,7 +228,7 @@ __device__ __forceinline__ float stage_norm(const float* x, const float* w, floa
 // The whole block, a warp per head of D values (gemv_gated_norm_fits), lane l holding values 4l..4l+3
 // of each, four heads a round of 16-byte loads: the model's 32 heads of 128 in one round at 8 warps.
 // (Scalar loads two heads a round took two rounds of L2 reads queued behind the weights in flight,
-// ~4.3 µs of the DeltaNet output projection's 8.7: docs/gpu-notes.md, session 22.) Act::kI16: D a
+// ~4.3 µs of the DeltaNet output projection's 8.7.) Act::kI16: D a
 // multiple of 32, so each chunk lies in one head.
 template <int E, Act A = Act::kF32>
 __device__ __forceinline__ void stage_gated_norm(const float* x, const float* z, const float* w, float eps,

@@ -14,20 +14,20 @@ namespace qwick::cuda {
 namespace {
 
 // Four rows per lane group with two chunks each in flight, two blocks per multiprocessor: measured
-// best of (rows, chunks, blocks) = (4, 2, 2), (4, 1, 2), (2, 2, 2), (8, 1, 1), (4, 2, 1) on the H200
-// (docs/gpu-notes.md, decode run 4). Matrices too short to fill the GPU with four rows per group
+// best of (rows, chunks, blocks) = (4, 2, 2), (4, 1, 2), (2, 2, 2), (8, 1, 1), (4, 2, 1) on the H200.
+// Matrices too short to fill the GPU with four rows per group
 // take two or one (more blocks; the 2048-row output projections), see rows_per_group.
 constexpr int kWarps = 8;
 constexpr int kUnroll = 2;  // chunks per lane in flight per row
 constexpr int kMinBlocks = 2;
 // Row steps per block for matrices with blocks to spare (the lm_head): 4 took 127.5 µs against 131.0
-// for 8, 132.2 for 2 and 143.2 for 1 (gemv_cuda_bench, session 11; 161 against 166 µs in session 10).
+// for 8, 132.2 for 2 and 143.2 for 1 (gemv_cuda_bench on an H200).
 constexpr int kMaxSteps = 4;
 // A gated-norm input (the DeltaNet output projection) at one row a lane group: blocks of 16 warps, one
 // a multiprocessor. Every block stages the whole input, o and z (32 KB from L2 for the model's 4096
 // values, 8 MB over the GPU at once at 256 blocks), and computes every head's norm and gate; half the
 // blocks halve that, and a warp norms two heads instead of four. 6.4 → 5.9 µs a layer, decode +0.9 %
-// at 4K (docs/gpu-notes.md, session 27).
+// at 4K.
 constexpr int kGatedWarps = 16;
 
 enum class Transform { kPlain, kNorm, kGatedNorm };

@@ -3,7 +3,7 @@
 //
 // The register-streaming GEMV (gemv_cuda.cu) holds a row step's weights in registers and computes
 // them before it asks for the next step's: on the 248,320 × 2048 lm_head each warp alternates between
-// loading and computing, and the GPU moves 2.25 TB/s of its 4.2 (docs/gpu-notes.md). Here one block
+// loading and computing, and the GPU moves 2.25 TB/s of its 4.2. Here one block
 // an SM walks tiles of kTileRows rows (blockIdx.x, + gridDim.x, ...) through a ring of kStages tiles:
 // one bulk copy each for a tile's codes, scales and biases (cp.async.bulk, completing an mbarrier),
 // requested kStages tiles ahead, and the warp that finishes a tile last asks for the tile that

@@ -47,7 +47,7 @@ constexpr int kMaxDownWarps = 10;
 // The down projections' input under each activation form: int16 stays f32 there. A warp stages each
 // act row itself, after the wait for every gate|up block, and the int16 form's per-chunk maximum put
 // shuffles into each of its rounds, for products of one chunk a lane (the one-pass kernel took 15.5 µs
-// a layer against 13.8 with int16 down rows: docs/gpu-notes.md, session 29).
+// a layer against 13.8 with int16 down rows).
 template <Act A>
 constexpr Act kDownAct = A == Act::kI16 ? Act::kF32 : A;
 
