@@ -11,6 +11,8 @@
 #include "runtime/request_queue.h"
 #include "server/api_error.h"
 #include "server/completion_endpoint.h"
+#include "server/anthropic_format.h"
+#include "server/messages_endpoint.h"
 #include "server/metrics.h"
 #include "text/utf8.h"
 
@@ -19,9 +21,10 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-void send_error(httplib::Response& res, const ApiError& e) {
+// Errors take the shape of the API the path belongs to.
+void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
   res.status = e.status();
-  res.set_content(wire_json(e.body()), "application/json");
+  res.set_content(wire_json(is_messages_path(req.path) ? anthropic_error(e) : e.body()), "application/json");
 }
 
 void send_json(httplib::Response& res, const ojson& body) {
@@ -45,6 +48,8 @@ struct ApiServer::Impl {
   std::optional<ServedModel> model;
   std::unique_ptr<RequestQueue> queue;
   std::unique_ptr<CompletionEndpoint> completions;
+  std::unique_ptr<ServerContext> context;  // for the endpoints below
+  std::unique_ptr<MessagesEndpoint> messages;
   std::atomic<bool> ready{false}, stopping{false};
   std::atomic<int> open_responses{0};
 
@@ -58,6 +63,8 @@ struct ApiServer::Impl {
   void props(const httplib::Request&, httplib::Response& res);
   void chat(const httplib::Request& req, httplib::Response& res) { completions->handle(req, res, true); }
   void complete(const httplib::Request& req, httplib::Response& res) { completions->handle(req, res, false); }
+  void messages_create(const httplib::Request& req, httplib::Response& res) { messages->create(req, res); }
+  void messages_count(const httplib::Request& req, httplib::Response& res) { messages->count_tokens(req, res); }
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
   void apply_template(const httplib::Request& req, httplib::Response& res);
@@ -70,16 +77,16 @@ httplib::Server::Handler ApiServer::Impl::route(Handler handler, bool needs_mode
       if (needs_model && !ready.load()) throw ApiError(503, "Loading model");
       (this->*handler)(req, res);
     } catch (const ApiError& e) {
-      send_error(res, e);
+      send_error(req, res, e);
     } catch (const ChatTemplateError& e) {
-      send_error(res, invalid_request(std::string("the chat template rejects the conversation: ") + e.what(),
+      send_error(req, res, invalid_request(std::string("the chat template rejects the conversation: ") + e.what(),
                                       "messages"));
     } catch (const Error& e) {
-      send_error(res, invalid_request(e.what()));
+      send_error(req, res, invalid_request(e.what()));
     } catch (const std::bad_alloc&) {
-      send_error(res, ApiError(500, "out of memory"));
+      send_error(req, res, ApiError(500, "out of memory"));
     } catch (const std::exception& e) {
-      send_error(res, ApiError(500, e.what()));
+      send_error(req, res, ApiError(500, e.what()));
     }
   };
 }
@@ -101,7 +108,7 @@ void ApiServer::Impl::setup() {
     const std::string bearer = "Bearer ";
     if (auth.starts_with(bearer) && auth.substr(bearer.size()) == options.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, ApiError(401, auth.empty() ? "missing API key (send Authorization: Bearer <key>)"
+    send_error(req, res, ApiError(401, auth.empty() ? "missing API key (send Authorization: Bearer <key>)"
                                                : "invalid API key"));
     return httplib::Server::HandlerResponse::Handled;
   });
@@ -116,11 +123,11 @@ void ApiServer::Impl::setup() {
       message = fmt::format("the request body is larger than the limit of {} bytes", options.max_body_bytes);
     else
       message = fmt::format("the request could not be processed (HTTP {})", res.status);
-    send_error(res, ApiError(res.status, message));
+    send_error(req, res, ApiError(res.status, message));
     return httplib::Server::HandlerResponse::Handled;
   }));
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    send_error(res, ApiError(500, "internal error"));
+  http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {
+    send_error(req, res, ApiError(500, "internal error"));
   });
 
   for (const char* p : {"/health", "/v1/health"}) http.Get(p, route(&Impl::health, false));
@@ -129,6 +136,8 @@ void ApiServer::Impl::setup() {
   http.Get("/props", route(&Impl::props, true));
   for (const char* p : {"/v1/chat/completions", "/chat/completions"}) http.Post(p, route(&Impl::chat, true));
   for (const char* p : {"/v1/completions", "/completions"}) http.Post(p, route(&Impl::complete, true));
+  http.Post("/v1/messages", route(&Impl::messages_create, true));
+  http.Post("/v1/messages/count_tokens", route(&Impl::messages_count, true));
   http.Post("/tokenize", route(&Impl::tokenize, true));
   http.Post("/detokenize", route(&Impl::detokenize, true));
   http.Post("/apply-template", route(&Impl::apply_template, true));
@@ -263,6 +272,9 @@ void ApiServer::attach(ServedModel model) {
   i.queue = std::make_unique<RequestQueue>(*i.model->engine, static_cast<size_t>(i.options.queue_size));
   i.completions =
       std::make_unique<CompletionEndpoint>(*i.model, *i.queue, i.metrics, i.options, i.open_responses);
+  i.context = std::make_unique<ServerContext>(
+      ServerContext{*i.model, *i.queue, i.metrics, i.options, i.open_responses});
+  i.messages = std::make_unique<MessagesEndpoint>(*i.context);
   i.ready.store(true);
 }
 

@@ -2,7 +2,8 @@
 //
 //   POST /v1/chat/completions  POST /v1/completions  GET /v1/models  GET /health  GET /metrics
 //   POST /tokenize  POST /detokenize  POST /apply-template  GET /props
-// (also without the /v1 prefix, as llama-server accepts them).
+// (also without the /v1 prefix, as llama-server accepts them), and the APIs coding agents speak:
+//   POST /v1/messages  POST /v1/messages/count_tokens  (Anthropic; messages_endpoint.h)
 //
 // The server starts before the model is loaded (GET /health answers 503 "Loading model" until
 // attach()). Completions go through one RequestQueue (one engine worker, a bounded FIFO: 503 when

@@ -19,43 +19,8 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 using test::TestServer;
+using test::json_string;
 using test::tokenizer;
-
-// JSON string literal as the server writes it (non-ASCII as is), written out here by hand.
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20)
-          out += fmt::format("\\u{:04x}", c);
-        else
-          out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
 
 std::string chunk(const std::string& delta, const std::string& finish_reason) {
   return "data: {\"choices\":[{\"finish_reason\":" + finish_reason + ",\"index\":0,\"delta\":" + delta +
@@ -66,13 +31,7 @@ std::string chunk(const std::string& delta, const std::string& finish_reason) {
 // What the server must send for `script`: one chunk per parser delta, token by token.
 std::string expected_stream(const std::string& script, const ojson& tools, const std::string& finish_reason) {
   std::string out = chunk(R"({"role":"assistant","content":null})", "null");
-  OutputParser parser({true, tools, true, !tools.empty()});
-  StreamDecoder decoder(tokenizer());
-  std::vector<OutputDelta> deltas;
-  for (int32_t id : tokenizer().encode(script, true)) parser.feed(decoder.push(id), deltas);
-  parser.feed(decoder.flush(), deltas);
-  parser.finish(deltas);
-  for (const OutputDelta& d : deltas) {
+  for (const OutputDelta& d : test::script_deltas(script, tools)) {
     switch (d.kind) {
       case OutputDelta::Kind::kReasoning:
         out += chunk("{\"reasoning_content\":" + json_string(d.text) + "}", "null");
