@@ -9,11 +9,12 @@
 
 #include "core/error.h"
 #include "runtime/request_queue.h"
+#include "server/anthropic_format.h"
 #include "server/api_error.h"
 #include "server/completion_endpoint.h"
-#include "server/anthropic_format.h"
 #include "server/messages_endpoint.h"
 #include "server/metrics.h"
+#include "server/responses_endpoint.h"
 #include "text/utf8.h"
 
 namespace qwick {
@@ -50,6 +51,7 @@ struct ApiServer::Impl {
   std::unique_ptr<CompletionEndpoint> completions;
   std::unique_ptr<ServerContext> context;  // for the endpoints below
   std::unique_ptr<MessagesEndpoint> messages;
+  std::unique_ptr<ResponsesEndpoint> responses;
   std::atomic<bool> ready{false}, stopping{false};
   std::atomic<int> open_responses{0};
 
@@ -64,7 +66,12 @@ struct ApiServer::Impl {
   void chat(const httplib::Request& req, httplib::Response& res) { completions->handle(req, res, true); }
   void complete(const httplib::Request& req, httplib::Response& res) { completions->handle(req, res, false); }
   void messages_create(const httplib::Request& req, httplib::Response& res) { messages->create(req, res); }
-  void messages_count(const httplib::Request& req, httplib::Response& res) { messages->count_tokens(req, res); }
+  void messages_count(const httplib::Request& req, httplib::Response& res) {
+    messages->count_tokens(req, res);
+  }
+  void responses_create(const httplib::Request& req, httplib::Response& res) { responses->create(req, res); }
+  void responses_get(const httplib::Request& req, httplib::Response& res) { responses->get(req, res); }
+  void responses_delete(const httplib::Request& req, httplib::Response& res) { responses->remove(req, res); }
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
   void apply_template(const httplib::Request& req, httplib::Response& res);
@@ -79,8 +86,9 @@ httplib::Server::Handler ApiServer::Impl::route(Handler handler, bool needs_mode
     } catch (const ApiError& e) {
       send_error(req, res, e);
     } catch (const ChatTemplateError& e) {
-      send_error(req, res, invalid_request(std::string("the chat template rejects the conversation: ") + e.what(),
-                                      "messages"));
+      send_error(req, res,
+                 invalid_request(std::string("the chat template rejects the conversation: ") + e.what(),
+                                 "messages"));
     } catch (const Error& e) {
       send_error(req, res, invalid_request(e.what()));
     } catch (const std::bad_alloc&) {
@@ -108,8 +116,9 @@ void ApiServer::Impl::setup() {
     const std::string bearer = "Bearer ";
     if (auth.starts_with(bearer) && auth.substr(bearer.size()) == options.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
-    send_error(req, res, ApiError(401, auth.empty() ? "missing API key (send Authorization: Bearer <key>)"
-                                               : "invalid API key"));
+    send_error(req, res,
+               ApiError(401, auth.empty() ? "missing API key (send Authorization: Bearer <key>)"
+                                          : "invalid API key"));
     return httplib::Server::HandlerResponse::Handled;
   });
   // Errors httplib answers itself (no route, body too large, unreadable request) get a JSON body.
@@ -138,6 +147,9 @@ void ApiServer::Impl::setup() {
   for (const char* p : {"/v1/completions", "/completions"}) http.Post(p, route(&Impl::complete, true));
   http.Post("/v1/messages", route(&Impl::messages_create, true));
   http.Post("/v1/messages/count_tokens", route(&Impl::messages_count, true));
+  http.Post("/v1/responses", route(&Impl::responses_create, true));
+  http.Get("/v1/responses/([^/]+)", route(&Impl::responses_get, true));
+  http.Delete("/v1/responses/([^/]+)", route(&Impl::responses_delete, true));
   http.Post("/tokenize", route(&Impl::tokenize, true));
   http.Post("/detokenize", route(&Impl::detokenize, true));
   http.Post("/apply-template", route(&Impl::apply_template, true));
@@ -275,6 +287,7 @@ void ApiServer::attach(ServedModel model) {
   i.context = std::make_unique<ServerContext>(
       ServerContext{*i.model, *i.queue, i.metrics, i.options, i.open_responses});
   i.messages = std::make_unique<MessagesEndpoint>(*i.context);
+  i.responses = std::make_unique<ResponsesEndpoint>(*i.context);
   i.ready.store(true);
 }
 

@@ -4,6 +4,7 @@
 //   POST /tokenize  POST /detokenize  POST /apply-template  GET /props
 // (also without the /v1 prefix, as llama-server accepts them), and the APIs coding agents speak:
 //   POST /v1/messages  POST /v1/messages/count_tokens  (Anthropic; messages_endpoint.h)
+//   POST /v1/responses  GET /v1/responses/{id}  DELETE /v1/responses/{id}  (responses_endpoint.h)
 //
 // The server starts before the model is loaded (GET /health answers 503 "Loading model" until
 // attach()). Completions go through one RequestQueue (one engine worker, a bounded FIFO: 503 when
@@ -46,6 +47,8 @@ struct ServerOptions {
   int64_t keep_alive_s = 5;
   std::string reasoning_field = "reasoning_content";  // or vLLM's "reasoning"
   bool log_requests = true;                           // one line per completion on stderr
+  int64_t responses_store_size = 1000;                // stored Responses API responses, at most
+  int64_t responses_store_age_s = 3600;               // and for at most this long
 };
 
 // What the server needs from a loaded model.
