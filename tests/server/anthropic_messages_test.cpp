@@ -221,10 +221,9 @@ TEST(AnthropicMessages, StopReasons) {
 
 TEST(AnthropicMessages, ToolResultsAndThinkingGoBackIntoThePrompt) {
   TestServer server;
-  // The scripted engine answers with the text after the last "reply>": here inside the tool result
-  // (up to the end of the turn, so the stop sequence cuts the template's closing tag).
+  // The scripted engine answers with the text after the last "reply>": here the tool result.
   const ojson body = ojson::parse(
-      R"({"max_tokens": 100, "stop_sequences": ["\n</tool_response>"], "system": [{"type": "text", "text": "Be brief."}],
+      R"({"max_tokens": 100, "system": [{"type": "text", "text": "Be brief."}],
     "thinking": {"type": "enabled", "budget_tokens": 1000}, "tools": )" +
       kTools.dump() + R"(,
     "messages": [
@@ -238,7 +237,7 @@ TEST(AnthropicMessages, ToolResultsAndThinkingGoBackIntoThePrompt) {
   ASSERT_EQ(r->status, 200) << r->body;
   const ojson m = ojson::parse(r->body);
   EXPECT_EQ(m["content"].back()["text"], "It is sunny.");
-  EXPECT_EQ(m["stop_reason"], "stop_sequence");
+  EXPECT_EQ(m["stop_reason"], "end_turn");
 
   // The prompt as the template renders the equivalent chat conversation.
   ojson chat = ojson::parse(

@@ -18,8 +18,8 @@ namespace qwick {
 namespace {
 
 using ojson = nlohmann::ordered_json;
-using test::TestServer;
 using test::json_string;
+using test::TestServer;
 using test::tokenizer;
 
 std::string chunk(const std::string& delta, const std::string& finish_reason) {
