@@ -48,8 +48,8 @@ struct ApiServer::Impl {
   ServerMetrics metrics;
   std::optional<ServedModel> model;
   std::unique_ptr<RequestQueue> queue;
-  std::unique_ptr<CompletionEndpoint> completions;
   std::unique_ptr<ServerContext> context;  // for the endpoints below
+  std::unique_ptr<CompletionEndpoint> completions;
   std::unique_ptr<MessagesEndpoint> messages;
   std::unique_ptr<ResponsesEndpoint> responses;
   std::atomic<bool> ready{false}, stopping{false};
@@ -282,10 +282,9 @@ void ApiServer::attach(ServedModel model) {
   Impl& i = *impl_;
   i.model.emplace(std::move(model));
   i.queue = std::make_unique<RequestQueue>(*i.model->engine, static_cast<size_t>(i.options.queue_size));
-  i.completions =
-      std::make_unique<CompletionEndpoint>(*i.model, *i.queue, i.metrics, i.options, i.open_responses);
   i.context = std::make_unique<ServerContext>(
       ServerContext{*i.model, *i.queue, i.metrics, i.options, i.open_responses});
+  i.completions = std::make_unique<CompletionEndpoint>(*i.context);
   i.messages = std::make_unique<MessagesEndpoint>(*i.context);
   i.responses = std::make_unique<ResponsesEndpoint>(*i.context);
   i.ready.store(true);

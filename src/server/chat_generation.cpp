@@ -61,25 +61,41 @@ ApiError generation_failure(const ResponseEvent& e) {
                          : ApiError(500, "generation failed: " + e.error);
 }
 
-ChatSubmission submit_chat(ServerContext& ctx, const CompletionRequest& r,
-                           const std::string& messages_param) {
-  const Tokenizer& tokenizer = *ctx.model.tokenizer;
-  ChatPrompt prompt = build_chat_prompt(r.conversation, ctx.model.template_kind, tokenizer, r.cache_prompt);
-  const auto n_prompt = static_cast<int64_t>(prompt.tokens.size());
+ChatSubmission submit_job(ServerContext& ctx, CompletionJob job, ResponseOptions options,
+                          const std::string& prompt_param) {
+  const auto n_prompt = static_cast<int64_t>(job.prompt.size());
   const int64_t n_ctx = ctx.model.engine->context_size();
-  if (n_prompt == 0) throw invalid_request("the prompt is empty", messages_param);
+  if (n_prompt == 0) throw invalid_request("the prompt is empty", prompt_param);
   if (n_prompt >= n_ctx) {
     ApiError e(400,
                fmt::format("the request exceeds the available context size: {} prompt tokens, the context "
                            "holds {}",
                            n_prompt, n_ctx),
-               messages_param);
+               "", "exceed_context_size_error");
     e.extra = {{"n_prompt_tokens", n_prompt}, {"n_ctx", n_ctx}};
     throw e;
   }
+  job.stop_ids = ctx.model.stop_ids;
+  ChatSubmission s;
+  s.prompt_tokens = n_prompt;
+  s.task = std::make_shared<ResponseTask>(*ctx.model.tokenizer, std::move(options), ctx.metrics);
+  s.task->job = std::move(job);
+  if (!ctx.queue.submit(s.task)) {
+    ctx.metrics.record_rejected();
+    throw ApiError(503, fmt::format("the server is busy ({} requests are waiting already); retry later",
+                                    ctx.queue.capacity()));
+  }
+  return s;
+}
+
+ChatSubmission submit_chat(ServerContext& ctx, const CompletionRequest& r,
+                           const std::string& messages_param) {
+  ChatPrompt prompt =
+      build_chat_prompt(r.conversation, ctx.model.template_kind, *ctx.model.tokenizer, r.cache_prompt);
   ResponseOptions ro;
   ro.chat = true;
   ro.stop = r.stop;
+  ro.logprobs = r.logprobs;
   ro.parallel_tool_calls = r.parallel_tool_calls;
   ro.parser.starts_in_reasoning = prompt.text.ends_with("<think>\n");
   ro.parser.tools = r.conversation.tools.is_array() ? r.conversation.tools : nlohmann::ordered_json::array();
@@ -91,19 +107,9 @@ ChatSubmission submit_chat(ServerContext& ctx, const CompletionRequest& r,
   if (prompt.history_tokens > 0) job.snapshot_at.push_back(prompt.history_tokens);
   job.sampling = r.sampling;
   job.max_tokens = r.max_tokens;
-  job.stop_ids = ctx.model.stop_ids;
+  job.top_logprobs = r.logprobs ? r.top_logprobs : -1;
   job.reuse = r.cache_prompt;
-
-  ChatSubmission s;
-  s.prompt_tokens = n_prompt;
-  s.task = std::make_shared<ResponseTask>(tokenizer, std::move(ro), ctx.metrics);
-  s.task->job = std::move(job);
-  if (!ctx.queue.submit(s.task)) {
-    ctx.metrics.record_rejected();
-    throw ApiError(503, fmt::format("the server is busy ({} requests are waiting already); retry later",
-                                    ctx.queue.capacity()));
-  }
-  return s;
+  return submit_job(ctx, std::move(job), std::move(ro), messages_param);
 }
 
 void send_stream(ServerContext& ctx, std::shared_ptr<ResponseTask> task, std::shared_ptr<ChatWriter> writer,

@@ -1,15 +1,17 @@
-// What the agent-facing endpoints (Anthropic Messages, OpenAI Responses) share between their own
-// request and response formats: a chat turn from the chat template into the request queue, then
-// its events answered as a Server-Sent Events stream or as one JSON body.
+// What every completion endpoint (Chat Completions and completions, Anthropic Messages, OpenAI
+// Responses) shares between its own request and response formats: a job (a chat turn from the
+// chat template) into the request queue, then its events answered as a Server-Sent Events stream
+// or as one JSON body.
 //
 // submit_chat() renders the conversation, checks it fits the context, asks for a snapshot at the
 // end of the history (the prompt cache: the next turn restores it) and queues the task.
 // send_stream() / send_whole() drive the task's events through an API's ChatWriter. While no event
 // comes (queued, a long prefill) they write SSE comments, or leading spaces of a whole body, every
 // ping interval, so a client that went away is noticed (a disconnect only shows on a write) and
-// its request cancelled; the same as the Chat Completions endpoint does.
+// its request cancelled.
 //
-// Tested through tests/server/anthropic_*_test.cpp and openai_responses_*_test.cpp.
+// Tested through tests/server/server_stream_test.cpp, anthropic_messages_test.cpp and
+// openai_responses_test.cpp.
 #pragma once
 
 #include <httplib.h>
@@ -59,8 +61,13 @@ struct ChatSubmission {
   int64_t prompt_tokens = 0;
 };
 
-// Queues `r` (a chat request). Throws ApiError: an empty prompt, one the context cannot hold (400),
-// a full queue (503). `messages_param` names the request field the conversation came from.
+// Queues `job` (its stop ids are the model's). Throws ApiError: an empty prompt (400 naming
+// `prompt_param`), one the context cannot hold (400 exceed_context_size_error, with
+// n_prompt_tokens and n_ctx), a full queue (503).
+ChatSubmission submit_job(ServerContext& ctx, CompletionJob job, ResponseOptions options,
+                          const std::string& prompt_param);
+// Renders `r` (a chat request) with the chat template and queues it as submit_job() does;
+// `messages_param` names the request field the conversation came from.
 ChatSubmission submit_chat(ServerContext& ctx, const CompletionRequest& r, const std::string& messages_param);
 
 void send_stream(ServerContext& ctx, std::shared_ptr<ResponseTask> task, std::shared_ptr<ChatWriter> writer,
