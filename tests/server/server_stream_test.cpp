@@ -160,6 +160,26 @@ TEST(ServerStream, TheWholeResponseHoldsTheSameMessage) {
   EXPECT_NE(raw["choices"][0]["message"]["content"].get<std::string>().find("</think>"), std::string::npos);
 }
 
+TEST(ServerStream, AToolCallOpenedInsideTheReasoningIsAToolCall) {
+  TestServer server;
+  // Qwen3.6 sometimes opens the call before closing its reasoning.
+  const std::string script =
+      "I should look it up.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n"
+      "</function>\n</tool_call>";
+  ojson body = chat_body(script, true);
+  body["tools"] = kTools;
+  auto r = server.client().Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(normalized(r->body), expected_stream(script, kTools, "tool_calls"));
+  EXPECT_EQ(r->body.find("tool_call>"), std::string::npos);
+  body["stream"] = false;
+  r = server.client().Post("/v1/chat/completions", body.dump(), "application/json");
+  const ojson m = ojson::parse(r->body)["choices"][0]["message"];
+  EXPECT_EQ(m["reasoning_content"], "I should look it up.");
+  ASSERT_EQ(m["tool_calls"].size(), 1u) << r->body;
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], R"({"city":"Oslo"})");
+}
+
 TEST(ServerStream, ParallelToolCallsOffKeepsOnlyTheFirstCall) {
   TestServer server;
   const std::string call =
