@@ -299,8 +299,9 @@ ojson parse_body(const std::string& body) {
   ojson j;
   try {
     j = ojson::parse(body);
-  } catch (const ojson::parse_error& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 3: ..."
+  } catch (const ojson::exception& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 3: ..." (or
+    // out_of_range.406 "number overflow parsing '1e999'")
     const std::string what = e.what();
     const size_t at = what.find("] ");
     throw invalid_request("the request body is not valid JSON: " +

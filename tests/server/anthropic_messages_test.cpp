@@ -312,6 +312,8 @@ TEST(AnthropicMessages, BadInputGetsAnthropicErrors) {
   };
   expect_error(raw("{\"messages\": ["), 400, "invalid_request_error", "not valid JSON");
   expect_error(raw("[1]"), 400, "invalid_request_error", "must be a JSON object");
+  expect_error(raw("{\"max_tokens\": 22222222222222222E22222222222222222}"), 400, "invalid_request_error",
+               "number overflow");
   expect_error(raw(std::string(5000, ' ')), 413, "request_too_large", "larger than the limit");
   auto with = [&](const char* path, const ojson& value) {
     ojson body = messages_body("x", false);

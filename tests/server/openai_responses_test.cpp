@@ -334,6 +334,7 @@ TEST(OpenAIResponses, BadInputGets4xx) {
     return server.client().Post("/v1/responses", body, "application/json");
   };
   expect_error(raw("{\"input\": "), 400, "", "not valid JSON");
+  expect_error(raw("{\"input\": \"x\", \"temperature\": 1e999}"), 400, "", "number overflow");
   expect_error(raw(std::string(5000, ' ')), 413, "", "larger than the limit");
   auto with = [&](const char* path, const ojson& value) {
     ojson body = responses_body("x", false);
