@@ -101,7 +101,7 @@ bool AccessPolicy::screen(const httplib::Request& req, httplib::Response& res) c
     // browsers take as a refusal.
     res.status = 204;
     if (origin) {
-      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
       const std::string asked = req.get_header_value("Access-Control-Request-Headers");
       res.set_header("Access-Control-Allow-Headers",
                      asked.empty() ? "Authorization, Content-Type, X-Api-Key" : asked);

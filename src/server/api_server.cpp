@@ -10,10 +10,13 @@
 #include "core/error.h"
 #include "runtime/request_queue.h"
 #include "server/access_policy.h"
+#include "server/anthropic_format.h"
 #include "server/api_error.h"
 #include "server/completion_endpoint.h"
 #include "server/http_reply.h"
+#include "server/messages_endpoint.h"
 #include "server/metrics.h"
+#include "server/responses_endpoint.h"
 #include "text/utf8.h"
 
 namespace qwick {
@@ -32,6 +35,13 @@ AccessOptions access_options(const ServerOptions& o) {
   return a;
 }
 
+// Errors take the shape of the API the path belongs to.
+void send_error(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
+  if (!is_messages_path(req.path)) return send_error(res, e);
+  res.status = e.status();
+  res.set_content(wire_json(anthropic_error(e)), "application/json");
+}
+
 }  // namespace
 
 struct ApiServer::Impl {
@@ -43,7 +53,11 @@ struct ApiServer::Impl {
   ServerMetrics metrics;
   std::optional<ServedModel> model;
   std::unique_ptr<RequestQueue> queue;
+  std::unique_ptr<ConstraintCompiler> constraints;
+  std::unique_ptr<ServerContext> context;  // for the endpoints below
   std::unique_ptr<CompletionEndpoint> completions;
+  std::unique_ptr<MessagesEndpoint> messages;
+  std::unique_ptr<ResponsesEndpoint> responses;
   std::atomic<bool> ready{false}, stopping{false};
   std::atomic<int> open_responses{0};
 
@@ -62,6 +76,13 @@ struct ApiServer::Impl {
   void props(const httplib::Request&, httplib::Response& res);
   void chat(const httplib::Request& req, httplib::Response& res) { completions->handle(req, res, true); }
   void complete(const httplib::Request& req, httplib::Response& res) { completions->handle(req, res, false); }
+  void messages_create(const httplib::Request& req, httplib::Response& res) { messages->create(req, res); }
+  void messages_count(const httplib::Request& req, httplib::Response& res) {
+    messages->count_tokens(req, res);
+  }
+  void responses_create(const httplib::Request& req, httplib::Response& res) { responses->create(req, res); }
+  void responses_get(const httplib::Request& req, httplib::Response& res) { responses->get(req, res); }
+  void responses_delete(const httplib::Request& req, httplib::Response& res) { responses->remove(req, res); }
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
   void apply_template(const httplib::Request& req, httplib::Response& res);
@@ -74,16 +95,17 @@ httplib::Server::Handler ApiServer::Impl::route(Handler handler, bool needs_mode
       if (needs_model && !ready.load()) throw ApiError(503, "Loading model");
       (this->*handler)(req, res);
     } catch (const ApiError& e) {
-      send_error(res, e);
+      send_error(req, res, e);
     } catch (const ChatTemplateError& e) {
-      send_error(res, invalid_request(std::string("the chat template rejects the conversation: ") + e.what(),
-                                      "messages"));
+      send_error(req, res,
+                 invalid_request(std::string("the chat template rejects the conversation: ") + e.what(),
+                                 "messages"));
     } catch (const Error& e) {
-      send_error(res, invalid_request(e.what()));
+      send_error(req, res, invalid_request(e.what()));
     } catch (const std::bad_alloc&) {
-      send_error(res, ApiError(500, "out of memory"));
+      send_error(req, res, ApiError(500, "out of memory"));
     } catch (const std::exception& e) {
-      send_error(res, ApiError(500, e.what()));
+      send_error(req, res, ApiError(500, e.what()));
     }
   };
 }
@@ -97,7 +119,7 @@ httplib::Server::HandlerWithContentReader ApiServer::Impl::post_route(Handler ha
     // The rest of an oversized body is not read: the connection closes after the answer.
     auto refuse = [&] {
       res.set_header("Connection", "close");
-      send_error(res, too_large);
+      send_error(req, res, too_large);
     };
     if (req.has_header("Content-Length") && req.get_header_value<uint64_t>("Content-Length") > limit)
       return refuse();
@@ -109,7 +131,7 @@ httplib::Server::HandlerWithContentReader ApiServer::Impl::post_route(Handler ha
       return !over;
     });
     if (over) return refuse();
-    if (!read) return send_error(res, invalid_request("the request body could not be read"));
+    if (!read) return send_error(req, res, invalid_request("the request body could not be read"));
     httplib::Request full = req;
     full.body = std::move(body);
     run(full, res);
@@ -133,7 +155,7 @@ void ApiServer::Impl::setup() {
       return access.screen(req, res) ? httplib::Server::HandlerResponse::Handled
                                      : httplib::Server::HandlerResponse::Unhandled;
     } catch (const ApiError& e) {
-      send_error(res, e);
+      send_error(req, res, e);
       return httplib::Server::HandlerResponse::Handled;
     }
   });
@@ -148,11 +170,11 @@ void ApiServer::Impl::setup() {
       message = fmt::format("the request body is larger than the limit of {} bytes", options.max_body_bytes);
     else
       message = fmt::format("the request could not be processed (HTTP {})", res.status);
-    send_error(res, ApiError(res.status, message));
+    send_error(req, res, ApiError(res.status, message));
     return httplib::Server::HandlerResponse::Handled;
   }));
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    send_error(res, ApiError(500, "internal error"));
+  http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {
+    send_error(req, res, ApiError(500, "internal error"));
   });
 
   for (const char* p : {"/health", "/v1/health"}) http.Get(p, route(&Impl::health, false));
@@ -162,6 +184,11 @@ void ApiServer::Impl::setup() {
   http.Get("/props", route(&Impl::props, true));
   for (const char* p : {"/v1/chat/completions", "/chat/completions"}) http.Post(p, post_route(&Impl::chat));
   for (const char* p : {"/v1/completions", "/completions"}) http.Post(p, post_route(&Impl::complete));
+  http.Post("/v1/messages", post_route(&Impl::messages_create));
+  http.Post("/v1/messages/count_tokens", post_route(&Impl::messages_count));
+  http.Post("/v1/responses", post_route(&Impl::responses_create));
+  http.Get("/v1/responses/([^/]+)", route(&Impl::responses_get, true));
+  http.Delete("/v1/responses/([^/]+)", route(&Impl::responses_delete, true));
   http.Post("/tokenize", post_route(&Impl::tokenize));
   http.Post("/detokenize", post_route(&Impl::detokenize));
   http.Post("/apply-template", post_route(&Impl::apply_template));
@@ -304,8 +331,12 @@ void ApiServer::attach(ServedModel model) {
   Impl& i = *impl_;
   i.model.emplace(std::move(model));
   i.queue = std::make_unique<RequestQueue>(*i.model->engine, static_cast<size_t>(i.options.queue_size));
-  i.completions =
-      std::make_unique<CompletionEndpoint>(*i.model, *i.queue, i.metrics, i.options, i.open_responses);
+  i.constraints = std::make_unique<ConstraintCompiler>(*i.model->tokenizer, i.model->engine->vocab_size());
+  i.context = std::make_unique<ServerContext>(
+      ServerContext{*i.model, *i.queue, i.metrics, i.options, i.open_responses, *i.constraints});
+  i.completions = std::make_unique<CompletionEndpoint>(*i.context);
+  i.messages = std::make_unique<MessagesEndpoint>(*i.context);
+  i.responses = std::make_unique<ResponsesEndpoint>(*i.context);
   i.ready.store(true);
 }
 

@@ -2,7 +2,9 @@
 //
 //   POST /v1/chat/completions  POST /v1/completions  GET /v1/models  GET /v1/models/{id}
 //   GET /health  GET /metrics  POST /tokenize  POST /detokenize  POST /apply-template  GET /props
-// (also without the /v1 prefix, as llama-server accepts them).
+// (also without the /v1 prefix, as llama-server accepts them), and the APIs coding agents speak:
+//   POST /v1/messages  POST /v1/messages/count_tokens  (Anthropic; messages_endpoint.h)
+//   POST /v1/responses  GET /v1/responses/{id}  DELETE /v1/responses/{id}  (responses_endpoint.h)
 //
 // Every request first passes the access rules (access_policy.h: Host, API keys, CORS).
 //
@@ -53,6 +55,8 @@ struct ServerOptions {
   bool special = false;  // control tokens the model writes (<|box_end|>, ...) appear in the text
   // Control-token strings typed in messages become control tokens (else plain text).
   bool special_in_messages = false;
+  int64_t responses_store_size = 1000;                // stored Responses API responses, at most
+  int64_t responses_store_age_s = 3600;               // and for at most this long
 };
 
 // What the server needs from a loaded model.

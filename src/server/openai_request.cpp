@@ -8,104 +8,13 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/request_fields.h"
 #include "server/unsupported_fields.h"
 
 namespace qwick {
 namespace {
 
 using ojson = nlohmann::ordered_json;
-
-// Deeper JSON is refused before it is parsed: copying, rendering and freeing nested values
-// recurse, so a body of a million '[' would overflow the stack.
-constexpr int kMaxNesting = 100;
-
-// The deepest nesting of arrays and objects in JSON text (strings skipped; no validation).
-int nesting_depth(std::string_view text) {
-  int depth = 0, deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
-// Null counts as absent.
-const ojson* field(const ojson& object, const std::string& name) {
-  const auto it = object.find(name);
-  return it == object.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::string type_name(const ojson& v) {
-  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_array()) return "an array";
-  if (v.is_object()) return "an object";
-  return "null";
-}
-
-[[noreturn]] void wrong_type(const std::string& param, const char* expected, const ojson& v) {
-  throw invalid_request(param + " must be " + expected + ", got " + type_name(v), param);
-}
-
-std::optional<double> get_number(const ojson& body, const std::string& name, double lo, double hi) {
-  const ojson* v = field(body, name);
-  if (v == nullptr) return std::nullopt;
-  if (!v->is_number()) wrong_type(name, "a number", *v);
-  const double x = v->get<double>();
-  if (!std::isfinite(x) || x < lo || x > hi)
-    throw invalid_request(fmt::format("{} must be between {} and {}, got {}", name, lo, hi, v->dump()), name);
-  return x;
-}
-
-std::optional<int64_t> get_integer(const ojson& body, const std::string& name, int64_t lo, int64_t hi) {
-  const ojson* v = field(body, name);
-  if (v == nullptr) return std::nullopt;
-  int64_t x = 0;
-  if (v->is_number_unsigned()) {  // (non-negative integers parse as unsigned)
-    if (v->get<uint64_t>() > static_cast<uint64_t>(hi))
-      throw invalid_request(fmt::format("{} must be between {} and {}, got {}", name, lo, hi, v->dump()),
-                            name);
-    x = static_cast<int64_t>(v->get<uint64_t>());
-  } else if (v->is_number_integer()) {
-    x = v->get<int64_t>();
-  } else if (v->is_number_float() && std::trunc(v->get<double>()) == v->get<double>() &&
-             std::abs(v->get<double>()) < 9e15) {
-    x = static_cast<int64_t>(v->get<double>());  // 5.0 from a client that has only doubles
-  } else {
-    wrong_type(name, "an integer", *v);
-  }
-  if (x < lo || x > hi)
-    throw invalid_request(fmt::format("{} must be between {} and {}, got {}", name, lo, hi, v->dump()), name);
-  return x;
-}
-
-std::optional<bool> get_bool(const ojson& body, const std::string& name) {
-  const ojson* v = field(body, name);
-  if (v == nullptr) return std::nullopt;
-  if (!v->is_boolean()) wrong_type(name, "a boolean", *v);
-  return v->get<bool>();
-}
-
-std::optional<std::string> get_string(const ojson& body, const std::string& name) {
-  const ojson* v = field(body, name);
-  if (v == nullptr) return std::nullopt;
-  if (!v->is_string()) wrong_type(name, "a string", *v);
-  return v->get<std::string>();
-}
 
 [[noreturn]] void unsupported(const std::string& param, const std::string& what) {
   throw invalid_request(what, param);
@@ -135,7 +44,7 @@ void refuse_unsupported(const ojson& body) {
 
 void read_sampling(const ojson& body, const RequestDefaults& d, CompletionRequest& r) {
   SamplingParams& s = r.sampling;
-  s = d.sampling;
+  s = default_sampling(d);
   if (auto x = get_number(body, "temperature", 0, 100)) s.temperature = static_cast<float>(*x);
   if (auto x = get_number(body, "top_p", 0, 1)) s.top_p = static_cast<float>(*x);
   if (auto x = get_integer(body, "top_k", -1, std::numeric_limits<int32_t>::max()))
@@ -151,12 +60,9 @@ void read_sampling(const ojson& body, const RequestDefaults& d, CompletionReques
   if (auto x = get_integer(body, "repeat_last_n", -1, std::numeric_limits<int32_t>::max()))
     s.penalty_last_n = static_cast<int>(*x);
 
-  int64_t seed = d.seed;
   if (auto x =
           get_integer(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
-    seed = *x;
-  s.seed = seed < 0 ? std::random_device{}() * 0x9E3779B97F4A7C15ull + std::random_device{}()
-                    : static_cast<uint64_t>(seed);
+    s.seed = seed_value(*x);
 
   s.logit_bias.clear();
   if (const ojson* b = field(body, "logit_bias")) {
@@ -369,6 +275,17 @@ ChatTemplateInput read_conversation(const ojson& body, const RequestDefaults& d,
 
 }  // namespace
 
+uint64_t seed_value(int64_t seed) {
+  return seed < 0 ? std::random_device{}() * 0x9E3779B97F4A7C15ull + std::random_device{}()
+                  : static_cast<uint64_t>(seed);
+}
+
+SamplingParams default_sampling(const RequestDefaults& d) {
+  SamplingParams s = d.sampling;
+  s.seed = seed_value(d.seed);
+  return s;
+}
+
 ojson parse_body(const std::string& body) {
   if (nesting_depth(body) > kMaxNesting)
     throw invalid_request(
@@ -376,8 +293,9 @@ ojson parse_body(const std::string& body) {
   ojson j;
   try {
     j = ojson::parse(body);
-  } catch (const ojson::parse_error& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 3: ..."
+  } catch (const ojson::exception& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 3: ..." (or
+    // out_of_range.406 "number overflow parsing '1e999'")
     const std::string what = e.what();
     const size_t at = what.find("] ");
     throw invalid_request("the request body is not valid JSON: " +

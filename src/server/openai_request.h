@@ -74,6 +74,11 @@ CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
 // /apply-template: messages, tools, tool_choice, chat_template_kwargs and add_generation_prompt.
 ChatTemplateInput parse_template_request(const nlohmann::ordered_json& body, const RequestDefaults& defaults);
 
+// The server's sampling defaults with the seed resolved (a random one for a negative seed).
+SamplingParams default_sampling(const RequestDefaults& defaults);
+// A request's seed: a random one when negative.
+uint64_t seed_value(int64_t seed);
+
 // The request body as JSON (ordered: tool schemas keep their key order into the prompt); an
 // ApiError 400 naming the position for invalid JSON or anything but an object.
 nlohmann::ordered_json parse_body(const std::string& body);

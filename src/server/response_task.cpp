@@ -103,6 +103,7 @@ void ResponseTask::on_finished(const CompletionStats& stats) {
   e.stats.reasoning_tokens = reasoning_tokens_;
   // llama-server's rule: a normal stop with at least one parsed call is "tool_calls".
   e.finish_reason = stats.finish_reason;
+  e.stop_string = stops_.matched();
   if (e.finish_reason == "stop" && options_.chat && !parser_.message().tool_calls.empty())
     e.finish_reason = "tool_calls";
   post(std::move(e));

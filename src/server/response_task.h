@@ -42,6 +42,7 @@ struct ResponseEvent {
   std::vector<GeneratedToken> tokens;
   CompletionStats stats;
   std::string finish_reason;  // "stop", "length", "tool_calls" or "cancelled"
+  std::string stop_string;    // the stop string that ended the output, if one did
   std::string error;
   bool shutting_down = false;
 };

@@ -25,11 +25,15 @@ class StopStrings {
   // End of the stream: the held-back tail (it did not become a stop string).
   std::string flush();
   bool stopped() const { return stopped_; }
+  // The stop string that stopped the stream (the one that starts first, the first listed
+  // of those starting together); empty while not stopped.
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string pending_;
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace qwick

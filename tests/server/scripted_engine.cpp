@@ -31,7 +31,8 @@ CompletionStats ScriptedEngine::run(const CompletionJob& job, CompletionObserver
   std::string script = "ok";
   if (const size_t at = prompt.rfind("reply>"); at != std::string::npos) {
     const size_t begin = at + 6;
-    script = prompt.substr(begin, prompt.find("<|im_end|>", begin) - begin);
+    const size_t end = std::min(prompt.find("<|im_end|>", begin), prompt.find("\n</tool_response>", begin));
+    script = prompt.substr(begin, end - begin);
   }
   std::vector<int32_t> tokens = tokenizer_.encode(script, true);
   if (!job.stop_ids.empty()) tokens.push_back(job.stop_ids.front());

@@ -2,7 +2,8 @@
 // written in the prompt, so a test controls the exact tokens a response is made of.
 //
 // The script is the text after the last "reply>" in the detokenized prompt, up to the next
-// <|im_end|> (in a chat prompt: the last user message) or the end of the prompt. It is tokenized
+// <|im_end|> (in a chat prompt: the last user message) or the end of a tool result, or the end of
+// the prompt; so a test's tool can answer with the model's next reply. It is tokenized
 // with the model's tokenizer (special tokens honoured) and emitted token by token, then the first
 // stop id; without "reply>" the reply is "ok". Optional delays stand in for a slow prefill (in
 // chunks, with progress reports and cancellation checks between them) and slow decoding.

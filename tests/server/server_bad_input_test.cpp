@@ -191,6 +191,88 @@ TEST(ServerBadInput, RandomRequestsGetAnswersNotCrashes) {
   EXPECT_EQ(h->status, 200);
 }
 
+// The agent APIs' answers: a result or a stream that ends properly, else a 4xx in the endpoint's
+// own error shape.
+void check_agent_answer(const httplib::Result& r, const std::string& path, const std::string& body) {
+  ASSERT_TRUE(r) << "no answer to " << body.substr(0, 300);
+  const bool anthropic = path == "/v1/messages";
+  if (r->get_header_value("Content-Type") == "text/event-stream") {
+    EXPECT_EQ(r->status, 200);
+    EXPECT_TRUE(
+        r->body.ends_with(anthropic ? "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n" : "}\n\n"))
+        << r->body.substr(0, 300);
+    if (!anthropic) {
+      EXPECT_TRUE(r->body.find("event: response.completed\n") != std::string::npos ||
+                  r->body.find("event: response.incomplete\n") != std::string::npos)
+          << r->body.substr(r->body.size() > 300 ? r->body.size() - 300 : 0);
+    }
+    return;
+  }
+  const ojson j = ojson::parse(r->body, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r->status << " " << r->body.substr(0, 300) << " for " << body.substr(0, 300);
+  if (r->status == 200) {
+    EXPECT_EQ(j.value(anthropic ? "type" : "object", ""), anthropic ? "message" : "response")
+        << r->body.substr(0, 300);
+    return;
+  }
+  EXPECT_EQ(r->status, 400) << r->body << " for " << body.substr(0, 300);
+  if (anthropic) {
+    ASSERT_EQ(j.value("type", ""), "error") << r->body;
+    EXPECT_TRUE(j.at("error").at("message").is_string() && j.at("error").at("type").is_string()) << r->body;
+  } else {
+    ASSERT_TRUE(j.contains("error")) << r->body;
+    EXPECT_EQ(j.at("error").value("code", 0), r->status) << r->body;
+    EXPECT_TRUE(j.at("error").at("message").is_string()) << r->body;
+  }
+}
+
+TEST(ServerBadInput, AgentApiRandomRequestsGetAnswersNotCrashes) {
+  test::TestServer server(tiny_engine(), ServerOptions{});
+  httplib::Client client = server.client();
+  const char* seed = std::getenv("QWICK_TEST_SEED");
+  RandomJson random(seed != nullptr ? static_cast<uint32_t>(std::atoi(seed)) : 2025);
+  const ojson messages = ojson::parse(R"({"model": "m", "max_tokens": 3, "temperature": 0,
+      "messages": [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]})");
+  const ojson responses = ojson::parse(R"({"model": "m", "max_output_tokens": 3, "temperature": 0,
+      "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}]})");
+  const char* messages_fields[] = {"messages",    "system",   "max_tokens",     "temperature",
+                                   "top_p",       "top_k",    "stop_sequences", "tools",
+                                   "tool_choice", "thinking", "stream",         "metadata"};
+  const char* responses_fields[] = {
+      "input", "instructions",         "max_output_tokens",   "temperature", "top_p",
+      "tools", "tool_choice",          "reasoning",           "text",        "stream",
+      "store", "previous_response_id", "parallel_tool_calls", "metadata"};
+  const char* item_fields[] = {"type",      "role",   "content", "call_id", "name",
+                               "arguments", "output", "id",      "input"};
+  int answered_ok = 0, rejected = 0;
+  for (int i = 0; i < 300; ++i) {
+    const bool anthropic = random.below(2) == 0;
+    ojson body = anthropic ? messages : responses;
+    const std::string list = anthropic ? "messages" : "input";
+    for (size_t n = 1 + random.below(3); n > 0; --n) {
+      if (random.below(3) == 0 && body[list].is_array() && !body[list].empty() && body[list][0].is_object())
+        body[list][0][item_fields[random.below(std::size(item_fields))]] = random.value();
+      else if (random.below(4) == 0 && body[list].is_array() && !body[list].empty() &&
+               body[list][0].is_object() && body[list][0]["content"].is_array())
+        body[list][0]["content"][0][item_fields[random.below(std::size(item_fields))]] = random.value();
+      else if (anthropic)
+        body[messages_fields[random.below(std::size(messages_fields))]] = random.value();
+      else
+        body[responses_fields[random.below(std::size(responses_fields))]] = random.value();
+    }
+    std::string text = body.dump();
+    if (random.below(8) == 0) text = text.substr(0, random.below(text.size()));  // truncated
+    const std::string path = anthropic ? "/v1/messages" : "/v1/responses";
+    const auto r = client.Post(path, text, "application/json");
+    check_agent_answer(r, path, text);
+    if (HasFatalFailure()) return;
+    ++(r->status == 200 ? answered_ok : rejected);
+  }
+  EXPECT_GT(answered_ok, 30);
+  EXPECT_GT(rejected, 30);
+  EXPECT_EQ(client.Get("/health")->status, 200);
+}
+
 TEST(ServerBadInput, DeepNestingAndOddBodies) {
   test::TestServer server;
   httplib::Client client = server.client();

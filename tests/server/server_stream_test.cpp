@@ -18,44 +18,9 @@ namespace qwick {
 namespace {
 
 using ojson = nlohmann::ordered_json;
+using test::json_string;
 using test::TestServer;
 using test::tokenizer;
-
-// JSON string literal as the server writes it (non-ASCII as is), written out here by hand.
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20)
-          out += fmt::format("\\u{:04x}", c);
-        else
-          out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
 
 std::string chunk(const std::string& delta, const std::string& finish_reason) {
   return "data: {\"choices\":[{\"finish_reason\":" + finish_reason + ",\"index\":0,\"delta\":" + delta +
@@ -66,13 +31,7 @@ std::string chunk(const std::string& delta, const std::string& finish_reason) {
 // What the server must send for `script`: one chunk per parser delta, token by token.
 std::string expected_stream(const std::string& script, const ojson& tools, const std::string& finish_reason) {
   std::string out = chunk(R"({"role":"assistant","content":null})", "null");
-  OutputParser parser({true, tools, true, !tools.empty()});
-  StreamDecoder decoder(tokenizer());
-  std::vector<OutputDelta> deltas;
-  for (int32_t id : tokenizer().encode(script, true)) parser.feed(decoder.push(id), deltas);
-  parser.feed(decoder.flush(), deltas);
-  parser.finish(deltas);
-  for (const OutputDelta& d : deltas) {
+  for (const OutputDelta& d : test::script_deltas(script, tools)) {
     switch (d.kind) {
       case OutputDelta::Kind::kReasoning:
         out += chunk("{\"reasoning_content\":" + json_string(d.text) + "}", "null");
@@ -201,6 +160,26 @@ TEST(ServerStream, TheWholeResponseHoldsTheSameMessage) {
   EXPECT_TRUE(
       raw["choices"][0]["message"]["content"].get<std::string>().starts_with("The user wants the weather."));
   EXPECT_NE(raw["choices"][0]["message"]["content"].get<std::string>().find("</think>"), std::string::npos);
+}
+
+TEST(ServerStream, AToolCallOpenedInsideTheReasoningIsAToolCall) {
+  TestServer server;
+  // Qwen3.6 sometimes opens the call before closing its reasoning.
+  const std::string script =
+      "I should look it up.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n"
+      "</function>\n</tool_call>";
+  ojson body = chat_body(script, true);
+  body["tools"] = kTools;
+  auto r = server.client().Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(normalized(r->body), expected_stream(script, kTools, "tool_calls"));
+  EXPECT_EQ(r->body.find("tool_call>"), std::string::npos);
+  body["stream"] = false;
+  r = server.client().Post("/v1/chat/completions", body.dump(), "application/json");
+  const ojson m = ojson::parse(r->body)["choices"][0]["message"];
+  EXPECT_EQ(m["reasoning_content"], "I should look it up.");
+  ASSERT_EQ(m["tool_calls"].size(), 1u) << r->body;
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], R"({"city":"Oslo"})");
 }
 
 TEST(ServerStream, ParallelToolCallsOffKeepsOnlyTheFirstCall) {

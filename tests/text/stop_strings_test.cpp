@@ -83,5 +83,19 @@ TEST(StopStrings, HoldsBackOnlyAPossibleStart) {
   EXPECT_EQ(t.feed("d"), "</and");
 }
 
+TEST(StopStrings, NamesTheStopStringThatMatched) {
+  StopStrings s({"END", "\n\n"});
+  EXPECT_EQ(s.matched(), "");
+  s.feed("first\n\nthen END");
+  EXPECT_EQ(s.matched(), "\n\n");  // the earliest in the text, not the first listed
+  StopStrings t({"ab", "a"});
+  t.feed("xab");
+  EXPECT_EQ(t.matched(), "ab");  // starting together: the first listed
+  StopStrings u({"END"});
+  u.feed("EN");
+  u.feed("D");
+  EXPECT_EQ(u.matched(), "END");
+}
+
 }  // namespace
 }  // namespace qwick
