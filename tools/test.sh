@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/deps.sh
 (cd tests/node && npm ci --no-audit --no-fund)  # the reference libraries the text tests compare against
+(cd tests/node/cli && npm ci --no-audit --no-fund)  # Codex CLI and Claude Code, for node.agent_clis
 jobs=$(nproc)
 
 style=0
@@ -36,6 +37,7 @@ ctest --test-dir build-asan -j "$jobs" --output-on-failure
 
 echo "== libFuzzer =="
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQWICK_FUZZ=ON -DQWICK_TESTS=OFF
-cmake --build build-fuzz -j "$jobs" --target fuzz_safetensors fuzz_config
+cmake --build build-fuzz -j "$jobs" --target fuzz_safetensors fuzz_config fuzz_gbnf fuzz_json_schema \
+  fuzz_messages_request fuzz_responses_request
 ctest --test-dir build-fuzz --output-on-failure
 finish
