@@ -16,15 +16,23 @@ namespace {
 struct Weights {
   std::vector<uint8_t> data, scales;
   WeightMatrix w;
-  Weights(int64_t rows, int64_t cols) : data(static_cast<size_t>(rows * cols / 2)), scales(static_cast<size_t>(rows * cols / 64 * 2)) {
+  Weights(int64_t rows, int64_t cols)
+      : data(static_cast<size_t>(rows * cols / 2)), scales(static_cast<size_t>(rows * cols / 64 * 2)) {
     std::mt19937 rng(1);
     for (auto& b : data) b = static_cast<uint8_t>(rng());
     for (size_t i = 0; i < scales.size(); i += 2) {
       scales[i] = 0;
       scales[i + 1] = 0x3c;  // bf16 0.0078
     }
-    w = WeightMatrix{WeightFormat::kAffine4, rows, cols, data.data(), static_cast<size_t>(cols / 2), scales.data(),
-                     scales.data(), static_cast<size_t>(cols / 64 * 2), 64};
+    w = WeightMatrix{WeightFormat::kAffine4,
+                     rows,
+                     cols,
+                     data.data(),
+                     static_cast<size_t>(cols / 2),
+                     scales.data(),
+                     scales.data(),
+                     static_cast<size_t>(cols / 64 * 2),
+                     64};
   }
 };
 
@@ -46,7 +54,11 @@ void BM_Affine4(benchmark::State& state) {
   const MatmulRowsFn kernel = matmul_kernel(level);
   int i = 0;
   for (auto _ : state) {
-    MatmulProblem p{&mats[static_cast<size_t>(i++ % copies)].w, x.data(), static_cast<size_t>(cols), n, y.data(),
+    MatmulProblem p{&mats[static_cast<size_t>(i++ % copies)].w,
+                    x.data(),
+                    static_cast<size_t>(cols),
+                    n,
+                    y.data(),
                     static_cast<size_t>(rows)};
     kernel(p, 0, rows, scratch.data());
     benchmark::ClobberMemory();
@@ -54,9 +66,10 @@ void BM_Affine4(benchmark::State& state) {
   const double weight_bytes = static_cast<double>(rows * cols) * (0.5 + 4.0 / 64);
   state.counters["GB/s"] = benchmark::Counter(weight_bytes * static_cast<double>(state.iterations()) / 1e9,
                                               benchmark::Counter::kIsRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(rows * cols) * static_cast<double>(n) *
-                                                     static_cast<double>(state.iterations()) / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(rows * cols) * static_cast<double>(n) *
+                             static_cast<double>(state.iterations()) / 1e9,
+                         benchmark::Counter::kIsRate);
 }
 
 void BM_Affine4I8(benchmark::State& state) {
@@ -79,7 +92,10 @@ void BM_Affine4I8(benchmark::State& state) {
   state.counters["GB/s"] = benchmark::Counter(weight_bytes * static_cast<double>(state.iterations()) / 1e9,
                                               benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_Affine4I8)->ArgsProduct({{0, 1, 2}, {512}, {2048}})->Args({2, 2048, 512})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Affine4I8)
+    ->ArgsProduct({{0, 1, 2}, {512}, {2048}})
+    ->Args({2, 2048, 512})
+    ->Unit(benchmark::kMicrosecond);
 
 // level, rows, cols, n: expert gate/up [512, 2048], expert down [2048, 512], qkv [8192, 2048].
 BENCHMARK(BM_Affine4)

@@ -133,7 +133,9 @@ class Backend {
   // Decodes `rows` in one pass and writes each row's logits ([rows, vocab]). The rows must be the
   // consecutive positions position(), position() + 1, ... of sequence 0. Nothing is committed:
   // position() stays, and until commit() the only other calls allowed are reset() and restore().
-  virtual void step(std::span<const StepRow> /*rows*/, std::span<float> /*logits*/) { unsupported("a multi-row step"); }
+  virtual void step(std::span<const StepRow> /*rows*/, std::span<float> /*logits*/) {
+    unsupported("a multi-row step");
+  }
   // Keeps the first n (1 <= n <= rows) rows of the last step: position() advances by n and the
   // state is the one after row n - 1, as if only those n tokens had been decoded.
   virtual void commit(int64_t /*n*/) { unsupported("a multi-row step"); }
@@ -149,7 +151,9 @@ class Backend {
   virtual void draft_continue(int32_t /*token*/, std::span<float> /*logits*/) { unsupported("the MTP head"); }
 
  private:
-  [[noreturn]] void unsupported(const char* what) const { fail("the {} backend does not run {}", name(), what); }
+  [[noreturn]] void unsupported(const char* what) const {
+    fail("the {} backend does not run {}", name(), what);
+  }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const Model& model, const BackendOptions& options);

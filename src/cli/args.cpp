@@ -1,10 +1,10 @@
 #include "cli/args.h"
 
+#include <fmt/format.h>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -28,7 +28,8 @@ double parse_double(const std::string& text, const std::string& what) {
   return v;
 }
 
-ArgParser::ArgParser(std::string usage, std::string summary) : usage_(std::move(usage)), summary_(std::move(summary)) {
+ArgParser::ArgParser(std::string usage, std::string summary)
+    : usage_(std::move(usage)), summary_(std::move(summary)) {
   options_.push_back({{"-h", "--help"}, "", "show this help and exit", "", "", nullptr});
 }
 
@@ -44,19 +45,20 @@ void ArgParser::flag(std::vector<std::string> names, std::string help, bool* tar
                       }});
 }
 
-void ArgParser::add_value(std::vector<std::string> names, std::string value_name, std::string help, std::string env,
-                          std::string default_text, std::function<void(const std::string&, const std::string&)> set) {
+void ArgParser::add_value(std::vector<std::string> names, std::string value_name, std::string help,
+                          std::string env, std::string default_text,
+                          std::function<void(const std::string&, const std::string&)> set) {
   options_.push_back({std::move(names), std::move(value_name), std::move(help), std::move(env),
                       std::move(default_text), std::move(set)});
 }
 
-void ArgParser::option(std::vector<std::string> names, std::string value_name, std::string help, std::string* target,
-                       std::string env) {
+void ArgParser::option(std::vector<std::string> names, std::string value_name, std::string help,
+                       std::string* target, std::string env) {
   add_value(std::move(names), std::move(value_name), std::move(help), std::move(env), *target,
             [target](const std::string&, const std::string& v) { *target = v; });
 }
-void ArgParser::option(std::vector<std::string> names, std::string value_name, std::string help, int64_t* target,
-                       std::string env) {
+void ArgParser::option(std::vector<std::string> names, std::string value_name, std::string help,
+                       int64_t* target, std::string env) {
   add_value(std::move(names), std::move(value_name), std::move(help), std::move(env), std::to_string(*target),
             [target](const std::string& n, const std::string& v) { *target = parse_int(v, n); });
 }
@@ -69,9 +71,10 @@ void ArgParser::option(std::vector<std::string> names, std::string value_name, s
               *target = static_cast<int>(x);
             });
 }
-void ArgParser::option(std::vector<std::string> names, std::string value_name, std::string help, double* target,
-                       std::string env) {
-  add_value(std::move(names), std::move(value_name), std::move(help), std::move(env), fmt::format("{}", *target),
+void ArgParser::option(std::vector<std::string> names, std::string value_name, std::string help,
+                       double* target, std::string env) {
+  add_value(std::move(names), std::move(value_name), std::move(help), std::move(env),
+            fmt::format("{}", *target),
             [target](const std::string& n, const std::string& v) { *target = parse_double(v, n); });
 }
 void ArgParser::option(std::vector<std::string> names, std::string value_name, std::string help,
@@ -161,7 +164,8 @@ std::string ArgParser::help() const {
     for (const auto& n : o.names) names += (names.empty() ? "" : ", ") + n;
     if (!o.value_name.empty()) names += " " + o.value_name;
     std::string line = fmt::format("  {:<30} {}", names, o.help);
-    if (!o.default_text.empty() && !o.value_name.empty()) line += fmt::format(" (default: {})", o.default_text);
+    if (!o.default_text.empty() && !o.value_name.empty())
+      line += fmt::format(" (default: {})", o.default_text);
     if (!o.env.empty()) line += fmt::format(" [env: {}]", o.env);
     out += line + "\n";
   }

@@ -159,10 +159,11 @@ int cmd_bench(int argc, char** argv) {
          "per length, one more prefill timing each stage on the device (printed, and in --json)", &stages);
   p.option({"--json"}, "FILE", "write every measurement here", &json_path);
   p.option({"--plot"}, "FILE", "write a PNG of both curves here", &plot_path);
-  p.option({"--draft-accuracy"}, "LIST",
-           "instead of the tables: speculative decoding at each context of --lengths with an oracle whose drafts "
-           "are right with these probabilities, comma separated (e.g. 0.7,0.85,0.95); see bench_speculation.h",
-           &accuracy_text);
+  p.option(
+      {"--draft-accuracy"}, "LIST",
+      "instead of the tables: speculative decoding at each context of --lengths with an oracle whose drafts "
+      "are right with these probabilities, comma separated (e.g. 0.7,0.85,0.95); see bench_speculation.h",
+      &accuracy_text);
   p.option({"--spec-depths"}, "LIST", "with --draft-accuracy: drafts a step, comma separated", &depths_text);
   p.option({"--spec-tokens"}, "N", "with --draft-accuracy: tokens generated a run", &spec_tokens);
   if (!p.parse(argc, argv)) return 0;
@@ -173,12 +174,14 @@ int cmd_bench(int argc, char** argv) {
     spec.tokens = spec_tokens;
     spec.chunk = chunk;
     std::stringstream acc(accuracy_text), dep(depths_text);
-    for (std::string item; std::getline(acc, item, ',');) spec.accuracies.push_back(parse_double(item, "--draft-accuracy"));
+    for (std::string item; std::getline(acc, item, ',');)
+      spec.accuracies.push_back(parse_double(item, "--draft-accuracy"));
     for (std::string item; std::getline(dep, item, ',');)
       spec.depths.push_back(static_cast<int>(parse_int(item, "--spec-depths")));
     if (spec.accuracies.empty() || spec.depths.empty() || spec_tokens < 2)
       fail("bench --draft-accuracy: needs probabilities, depths and --spec-tokens of at least 2");
-    if (engine.ctx_size == 0) engine.ctx_size = *std::max_element(lengths.begin(), lengths.end()) + spec_tokens + 16;
+    if (engine.ctx_size == 0)
+      engine.ctx_size = *std::max_element(lengths.begin(), lengths.end()) + spec_tokens + 16;
     Engine e = open_engine(engine);
     const nlohmann::json j = bench_speculation(*e.backend, e.model->config.vocab_size, spec);
     if (!json_path.empty()) {

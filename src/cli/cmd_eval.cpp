@@ -1,9 +1,9 @@
 // qwick eval: a teacher-forced pass over a token file, compared with another implementation.
 //
 // Last line, always: "tokens=T ppl=P" plus, with --reference, "rel_err=E max_abs=M top1=A%".
+#include <fmt/ranges.h>
 #include <cmath>
 #include <cstdio>
-#include <fmt/ranges.h>
 #include <vector>
 
 #include "cli/args.h"
@@ -39,7 +39,8 @@ int cmd_eval(int argc, char** argv) {
 
   Engine e = open_engine(engine);
   const int64_t T = static_cast<int64_t>(tokens.size()), V = e.model->config.vocab_size;
-  if (!reference_file.empty() && (reference.shape.size() != 2 || reference.shape[0] != T || reference.shape[1] != V))
+  if (!reference_file.empty() &&
+      (reference.shape.size() != 2 || reference.shape[0] != T || reference.shape[1] != V))
     fail("{}: reference \"{}\" has shape [{}], expected [{}, {}]", reference_file, reference_key,
          fmt::join(reference.shape, ", "), T, V);
   if (decode_from > T) fail("--decode-from {} exceeds the {} tokens", decode_from, T);
@@ -50,9 +51,11 @@ int cmd_eval(int argc, char** argv) {
   options.chunk = chunk;
   options.all_logits = true;
   if (prefill_n > 0)
-    e.backend->prefill(std::span<const int32_t>(tokens.data(), static_cast<size_t>(prefill_n)), logits, options);
+    e.backend->prefill(std::span<const int32_t>(tokens.data(), static_cast<size_t>(prefill_n)), logits,
+                       options);
   for (int64_t t = prefill_n; t < T; ++t)
-    e.backend->decode(tokens[static_cast<size_t>(t)], std::span<float>(logits.data() + t * V, static_cast<size_t>(V)));
+    e.backend->decode(tokens[static_cast<size_t>(t)],
+                      std::span<float>(logits.data() + t * V, static_cast<size_t>(V)));
 
   // Perplexity of tokens[1..T) under the logits of the positions before them.
   double nll = 0;
@@ -89,7 +92,8 @@ int cmd_eval(int argc, char** argv) {
     agree += arg_a == arg_r;
   }
   std::printf("tokens=%lld rel_err=%.3e max_abs=%.3e top1=%.2f%% ppl=%.6f\n", static_cast<long long>(T),
-              std::sqrt(diff2 / ref2), max_abs, 100.0 * static_cast<double>(agree) / static_cast<double>(T), ppl);
+              std::sqrt(diff2 / ref2), max_abs, 100.0 * static_cast<double>(agree) / static_cast<double>(T),
+              ppl);
   return 0;
 }
 

@@ -23,7 +23,8 @@ int cmd_make_model(int argc, char** argv) {
               "a built-in text, the Qwen added tokens, the Qwen3.6 template). Deterministic for a seed.");
   p.positional("OUT_DIR", "directory to write (created if needed)", &out, true);
   p.option({"--preset"}, "NAME", "tiny, small or qwen3.6-35b-a3b (the exact full shapes)", &spec.preset);
-  p.option({"--config"}, "FILE", "take the shapes from this config.json instead of a preset", &spec.config_path);
+  p.option({"--config"}, "FILE", "take the shapes from this config.json instead of a preset",
+           &spec.config_path);
   p.option({"--format"}, "FMT", "mlx4 (MLX affine 4-bit) or bf16 (official layout)", &spec.format);
   p.option({"-s", "--seed"}, "N", "random seed", &seed);
   p.option({"-t", "--threads"}, "N", "shards written at once (0 = one per core)", &spec.threads);
@@ -48,7 +49,8 @@ int cmd_make_model(int argc, char** argv) {
   write_synthetic_text_files(out, special_token_base(load_model_config(out).vocab_size));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "wrote %s (%s, %s) in %.1f s\n", out.c_str(),
-               spec.config_path.empty() ? spec.preset.c_str() : spec.config_path.c_str(), spec.format.c_str(), s);
+               spec.config_path.empty() ? spec.preset.c_str() : spec.config_path.c_str(), spec.format.c_str(),
+               s);
   return 0;
 }
 

@@ -132,11 +132,12 @@ int cmd_run(int argc, char** argv) {
   std::fflush(stdout);
   print_timing("prompt eval time", r.prompt_ms, r.prompt_tokens, "tokens");
   print_timing("       eval time", r.generation_ms, r.generated_tokens, "tokens");
-  std::fprintf(stderr, "generated %lld tokens, finish reason: %s\n", static_cast<long long>(r.generated_tokens),
-               r.finish_reason.c_str());
+  std::fprintf(stderr, "generated %lld tokens, finish reason: %s\n",
+               static_cast<long long>(r.generated_tokens), r.finish_reason.c_str());
   if (r.draft_n > 0)
-    std::fprintf(stderr, "speculative drafts: %lld accepted of %lld (%.1f %%)\n", static_cast<long long>(r.draft_n_accepted),
-                 static_cast<long long>(r.draft_n), 100.0 * static_cast<double>(r.draft_n_accepted) / static_cast<double>(r.draft_n));
+    std::fprintf(stderr, "speculative drafts: %lld accepted of %lld (%.1f %%)\n",
+                 static_cast<long long>(r.draft_n_accepted), static_cast<long long>(r.draft_n),
+                 100.0 * static_cast<double>(r.draft_n_accepted) / static_cast<double>(r.draft_n));
   return 0;
 }
 

@@ -19,10 +19,11 @@ void EngineOptions::add_to(ArgParser& p) {
            "take the MTP head (speculative decoding's drafter) from this checkpoint of the same model, e.g. "
            "the official bf16 one or a directory holding just the mtp.* tensors",
            &mtp, "QWICK_MTP");
-  p.option({"--spec-draft"}, "N",
-           "speculative decoding: tokens the MTP head drafts a step (default 2 where the model has a head; 0 = "
-           "off); lossless, the output is that of plain decoding",
-           &spec_draft, "QWICK_SPEC_DRAFT");
+  p.option(
+      {"--spec-draft"}, "N",
+      "speculative decoding: tokens the MTP head drafts a step (default 2 where the model has a head; 0 = "
+      "off); lossless, the output is that of plain decoding",
+      &spec_draft, "QWICK_SPEC_DRAFT");
   p.option({"-t", "--threads"}, "N", "CPU threads (0 = one per core)", &threads, "LLAMA_ARG_THREADS");
   p.option({"-c", "--ctx-size"}, "N", "context size in tokens (0 = the model's maximum)", &ctx_size,
            "LLAMA_ARG_CTX_SIZE");

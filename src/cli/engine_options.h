@@ -20,7 +20,7 @@ struct EngineOptions {
   std::string device;  // empty: default_device()
   bool exact = false;
   std::string cuda_off;  // BackendOptions::cuda_off
-  int spec_draft = -1;  // speculative drafts a step; < 0: kDefaultDraft where there is a head
+  int spec_draft = -1;   // speculative drafts a step; < 0: kDefaultDraft where there is a head
 
   static constexpr int kDefaultDraft = 2;
 

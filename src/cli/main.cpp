@@ -16,12 +16,14 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
-    {"serve", "OpenAI-compatible HTTP server (chat completions, streaming, tools, prompt reuse)", qwick::cmd_serve},
+    {"serve", "OpenAI-compatible HTTP server (chat completions, streaming, tools, prompt reuse)",
+     qwick::cmd_serve},
     {"run", "generate from a prompt (text or token ids) and print timings", qwick::cmd_run},
     {"chat", "talk with the model: a conversation on stdin/stdout", qwick::cmd_chat},
     {"eval", "teacher-forced pass over a token file: perplexity, logits vs a reference", qwick::cmd_eval},
     {"info", "summarise a model directory: config, layers, tensors, quantization", qwick::cmd_info},
-    {"make-model", "write a random-weight checkpoint (tiny, small or the full 35B-A3B shapes)", qwick::cmd_make_model},
+    {"make-model", "write a random-weight checkpoint (tiny, small or the full 35B-A3B shapes)",
+     qwick::cmd_make_model},
     {"bench", "prefill and decode throughput over lengths, GB/s and TFLOP/s, pp/tg table", qwick::cmd_bench},
     {"schema-bench", "compile a folder of JSON schemas: coverage per split, compile and token-mask times",
      qwick::cmd_schema_bench},

@@ -5,8 +5,9 @@
 namespace qwick {
 
 int cmd_serve(int, char**) {
-  fail("this qwick was built without the server: cpp-httplib was not found when it was configured "
-       "(install libcpp-httplib-dev, see tools/deps.sh, and configure again)");
+  fail(
+      "this qwick was built without the server: cpp-httplib was not found when it was configured "
+      "(install libcpp-httplib-dev, see tools/deps.sh, and configure again)");
 }
 
 }  // namespace qwick

@@ -14,9 +14,12 @@ std::atomic<int> g_active{-1};
 
 std::string_view simd_level_name(SimdLevel level) {
   switch (level) {
-    case SimdLevel::kScalar: return "scalar";
-    case SimdLevel::kAvx2: return "avx2";
-    case SimdLevel::kAvx512: return "avx512";
+    case SimdLevel::kScalar:
+      return "scalar";
+    case SimdLevel::kAvx2:
+      return "avx2";
+    case SimdLevel::kAvx512:
+      return "avx512";
   }
   return "?";
 }
@@ -31,8 +34,7 @@ SimdLevel detected_simd_level() {
       __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16") &&
       __builtin_cpu_supports("fma"))
     return SimdLevel::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    return SimdLevel::kAvx2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdLevel::kAvx2;
   return SimdLevel::kScalar;
 }
 

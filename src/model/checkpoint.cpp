@@ -64,7 +64,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const fs::path& dir) {
     }
   }
   for (const auto& [name, file] : weight_map)
-    if (!ckpt->by_name_.count(name)) fail("tensor \"{}\" is listed in the index but missing from {}", name, file);
+    if (!ckpt->by_name_.count(name))
+      fail("tensor \"{}\" is listed in the index but missing from {}", name, file);
   return ckpt;
 }
 

@@ -100,7 +100,8 @@ QuantSpec parse_quant_spec(const Fields& f, const QuantSpec& fallback) {
   QuantSpec q;
   q.bits = static_cast<int>(f.has("bits") ? f.integer("bits") : fallback.bits);
   q.group_size = static_cast<int>(f.has("group_size") ? f.integer("group_size") : fallback.group_size);
-  if (q.bits != 4 && q.bits != 8) f.bad("bits", "is not supported (qwick runs 4-bit and 8-bit affine weights)");
+  if (q.bits != 4 && q.bits != 8)
+    f.bad("bits", "is not supported (qwick runs 4-bit and 8-bit affine weights)");
   if (q.group_size != 32 && q.group_size != 64 && q.group_size != 128)
     f.bad("group_size", "is not supported (expected 32, 64 or 128)");
   return q;
@@ -108,9 +109,9 @@ QuantSpec parse_quant_spec(const Fields& f, const QuantSpec& fallback) {
 
 QuantConfig parse_quant_config(const json& top, const std::string& where) {
   QuantConfig qc;
-  const char* key = top.contains("quantization") ? "quantization"
+  const char* key = top.contains("quantization")          ? "quantization"
                     : top.contains("quantization_config") ? "quantization_config"
-                                                           : nullptr;
+                                                          : nullptr;
   if (key == nullptr || top.at(key).is_null()) return qc;
   const json& block = top.at(key);
   if (!block.is_object()) fail("{}: {} is not an object", where, key);
@@ -145,7 +146,9 @@ int ModelConfig::n_attention_layers() const {
   for (LayerKind k : layers) n += k == LayerKind::kAttention;
   return n;
 }
-int ModelConfig::n_deltanet_layers() const { return n_layers() - n_attention_layers(); }
+int ModelConfig::n_deltanet_layers() const {
+  return n_layers() - n_attention_layers();
+}
 
 const char* layer_kind_name(LayerKind kind) {
   return kind == LayerKind::kAttention ? "full_attention" : "linear_attention";
@@ -164,7 +167,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     text = &top["text_config"];
     prefix = "text_config";
   } else if (c.model_type != "qwen3_5_moe_text") {
-    tf.bad("model_type", "is not supported (qwick runs qwen3_5_moe: Qwen3.5/Qwen3.6-35B-A3B and their shapes)");
+    tf.bad("model_type",
+           "is not supported (qwick runs qwen3_5_moe: Qwen3.5/Qwen3.6-35B-A3B and their shapes)");
   }
   const Fields f(*text, where, prefix);
   if (text != &top) {
@@ -172,7 +176,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     if (inner != "qwen3_5_moe_text") f.bad("model_type", "is not supported (expected qwen3_5_moe_text)");
   }
   if (f.string_or("hidden_act", "silu") != "silu") f.bad("hidden_act", "is not supported (only silu)");
-  if (f.boolean_or("attention_bias", false)) f.bad("attention_bias", "is not supported (this model has no biases)");
+  if (f.boolean_or("attention_bias", false))
+    f.bad("attention_bias", "is not supported (this model has no biases)");
 
   c.vocab_size = f.positive("vocab_size");
   c.hidden_size = f.positive("hidden_size");
@@ -218,15 +223,16 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     const Fields r(f.at(key), where, f.path(key));
     const std::string type = r.string_or("rope_type", r.string_or("type", "default"));
     if (type != "default")
-      r.bad(r.has("rope_type") ? "rope_type" : "type", "is not supported (only default RoPE; no YaRN scaling yet)");
+      r.bad(r.has("rope_type") ? "rope_type" : "type",
+            "is not supported (only default RoPE; no YaRN scaling yet)");
     c.rope_theta = r.number_or("rope_theta", c.rope_theta);
     partial = r.number_or("partial_rotary_factor", partial);
   }
   if (!(c.rope_theta > 1)) f.bad("rope_theta", "must be greater than 1");
   c.rotary_dim = static_cast<int>(c.head_dim * partial);
   if (!(partial > 0 && partial <= 1) || c.rotary_dim <= 0 || c.rotary_dim % 2 != 0)
-    fail("{}: partial_rotary_factor {} gives {} rotary dims of head_dim {}; need an even number in 2..{}", where,
-         partial, c.rotary_dim, c.head_dim, c.head_dim);
+    fail("{}: partial_rotary_factor {} gives {} rotary dims of head_dim {}; need an even number in 2..{}",
+         where, partial, c.rotary_dim, c.head_dim, c.head_dim);
 
   c.lin_n_k_heads = static_cast<int>(f.positive("linear_num_key_heads"));
   c.lin_n_v_heads = static_cast<int>(f.positive("linear_num_value_heads"));

@@ -15,9 +15,10 @@ std::vector<int32_t> Model::stop_token_ids() const {
 
 std::unique_ptr<Model> load_model(const std::filesystem::path& dir, const std::filesystem::path& mtp_dir) {
   if (dir.extension() == ".gguf")
-    fail("{}: GGUF files are not supported; point --model at a Hugging Face model directory "
-         "(config.json + *.safetensors)",
-         dir.string());
+    fail(
+        "{}: GGUF files are not supported; point --model at a Hugging Face model directory "
+        "(config.json + *.safetensors)",
+        dir.string());
   if (!std::filesystem::is_directory(dir)) fail("{}: not a directory", dir.string());
   auto model = std::make_unique<Model>();
   model->dir = dir;

@@ -14,7 +14,7 @@ struct Model {
   std::filesystem::path dir;
   ModelConfig config;
   GenerationConfig generation;
-  std::unique_ptr<Checkpoint> checkpoint;  // owns the memory the weights point into
+  std::unique_ptr<Checkpoint> checkpoint;      // owns the memory the weights point into
   std::unique_ptr<Checkpoint> mtp_checkpoint;  // the --mtp directory's, when the head comes from there
   ModelWeights weights;
 
@@ -24,6 +24,7 @@ struct Model {
 
 // Loads and validates everything; throws Error naming the file, field or tensor at fault. A
 // non-empty `mtp_dir` supplies the MTP head (bind_mtp_weights), replacing any head in `dir`.
-std::unique_ptr<Model> load_model(const std::filesystem::path& dir, const std::filesystem::path& mtp_dir = {});
+std::unique_ptr<Model> load_model(const std::filesystem::path& dir,
+                                  const std::filesystem::path& mtp_dir = {});
 
 }  // namespace qwick

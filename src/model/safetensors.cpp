@@ -26,7 +26,9 @@ json parse_header_json(std::string_view text, const std::string& where) {
   std::string duplicate;
   auto callback = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
     switch (event) {
-      case json::parse_event_t::object_start: keys_per_object.emplace_back(); break;
+      case json::parse_event_t::object_start:
+        keys_per_object.emplace_back();
+        break;
       case json::parse_event_t::object_end:
         if (!keys_per_object.empty()) keys_per_object.pop_back();
         break;
@@ -35,7 +37,8 @@ json parse_header_json(std::string_view text, const std::string& where) {
             duplicate.empty())
           duplicate = parsed.get<std::string>();
         break;
-      default: break;
+      default:
+        break;
     }
     return true;
   };
@@ -84,7 +87,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   return file;
 }
 
-std::unique_ptr<SafetensorsFile> SafetensorsFile::parse(std::span<const uint8_t> bytes, const std::string& name) {
+std::unique_ptr<SafetensorsFile> SafetensorsFile::parse(std::span<const uint8_t> bytes,
+                                                        const std::string& name) {
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = name;
   f->bytes_ = bytes;
@@ -137,14 +141,14 @@ void SafetensorsFile::parse_header() {
     if (shape_it == v.end()) fail("{}: tensor \"{}\" has no shape", where, key);
     const int64_t numel = checked_numel(*shape_it, where, key);
     const auto off_it = v.find("data_offsets");
-    if (off_it == v.end() || !off_it->is_array() || off_it->size() != 2 || !(*off_it)[0].is_number_unsigned() ||
-        !(*off_it)[1].is_number_unsigned())
+    if (off_it == v.end() || !off_it->is_array() || off_it->size() != 2 ||
+        !(*off_it)[0].is_number_unsigned() || !(*off_it)[1].is_number_unsigned())
       fail("{}: tensor \"{}\" has invalid data_offsets", where, key);
     const uint64_t begin = (*off_it)[0].get<uint64_t>(), end = (*off_it)[1].get<uint64_t>();
     if (begin > end) fail("{}: tensor \"{}\" data_offsets [{}, {}] are reversed", where, key, begin, end);
     if (end > data_size)
-      fail("{}: tensor \"{}\" data_offsets [{}, {}] run past the data buffer ({} bytes)", where, key, begin, end,
-           data_size);
+      fail("{}: tensor \"{}\" data_offsets [{}, {}] run past the data buffer ({} bytes)", where, key, begin,
+           end, data_size);
     const int bits = dtype_bits(*dtype);
     const unsigned __int128 total_bits = static_cast<unsigned __int128>(numel) * static_cast<unsigned>(bits);
     if (total_bits % 8 != 0 || total_bits / 8 != end - begin)
@@ -174,14 +178,16 @@ void SafetensorsFile::parse_header() {
     const uint64_t begin = static_cast<uint64_t>(t->data - data);
     if (begin < expect)
       fail("{}: tensor \"{}\" overlaps tensor \"{}\" in the data buffer", where, t->name, prev->name);
-    if (begin > expect) fail("{}: {} unused bytes in the data buffer before tensor \"{}\"", where, begin - expect, t->name);
+    if (begin > expect)
+      fail("{}: {} unused bytes in the data buffer before tensor \"{}\"", where, begin - expect, t->name);
     expect = begin + t->nbytes;
     prev = t;
   }
   if (expect != data_size)
     fail("{}: data buffer is {} bytes but the tensors cover {}", where, data_size, expect);
 
-  std::sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
+  std::sort(tensors_.begin(), tensors_.end(),
+            [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
 }
 
 // ---- writer ---------------------------------------------------------------------------------------
@@ -193,17 +199,20 @@ void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> 
   entries_.push_back({std::move(name), dtype, std::move(shape), nbytes, std::move(fill)});
 }
 
-void SafetensorsWriter::add_bytes(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
+void SafetensorsWriter::add_bytes(std::string name, DType dtype, std::vector<int64_t> shape,
+                                  std::vector<uint8_t> bytes) {
   auto shared = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
   add(std::move(name), dtype, std::move(shape), [shared](size_t offset, std::span<uint8_t> out) {
     std::memcpy(out.data(), shared->data() + offset, out.size());
   });
   if (entries_.back().nbytes != shared->size())
-    fail("safetensors writer: tensor \"{}\" has {} bytes, its shape needs {}", entries_.back().name, shared->size(),
-         entries_.back().nbytes);
+    fail("safetensors writer: tensor \"{}\" has {} bytes, its shape needs {}", entries_.back().name,
+         shared->size(), entries_.back().nbytes);
 }
 
-void SafetensorsWriter::set_metadata(std::string key, std::string value) { metadata_[std::move(key)] = std::move(value); }
+void SafetensorsWriter::set_metadata(std::string key, std::string value) {
+  metadata_[std::move(key)] = std::move(value);
+}
 
 size_t SafetensorsWriter::data_bytes() const {
   size_t n = 0;

@@ -43,8 +43,8 @@ uint64_t name_hash(const std::string& name, uint64_t seed) {
 struct RandomPools {
   static constexpr size_t kNormal = 1'000'003;
   static constexpr size_t kBytes = (size_t{1} << 24) + 43;
-  std::vector<float> normal;    // N(0, 1)
-  std::vector<uint8_t> bytes;   // uniform bytes: random 4-bit and 8-bit codes
+  std::vector<float> normal;   // N(0, 1)
+  std::vector<uint8_t> bytes;  // uniform bytes: random 4-bit and 8-bit codes
 
   explicit RandomPools(uint64_t seed) : normal(kNormal), bytes(kBytes + 4096) {
     uint64_t s = seed ^ 0x5eedull;
@@ -100,7 +100,8 @@ class TensorFactory {
   SafetensorsWriter::Fill affine(const std::string& module, float sigma, int bits, bool biases) const {
     const uint64_t base = name_hash(module + ".scales", seed_);
     const float levels = static_cast<float>((1 << bits) - 1);
-    const float q_std = std::sqrt((static_cast<float>(1 << bits) * static_cast<float>(1 << bits) - 1.0f) / 12.0f);
+    const float q_std =
+        std::sqrt((static_cast<float>(1 << bits) * static_cast<float>(1 << bits) - 1.0f) / 12.0f);
     const RandomPools* pools = &pools_;
     return [=](size_t offset, std::span<uint8_t> out) {
       for (size_t i = 0; i < out.size() / 2; ++i) {
@@ -245,7 +246,10 @@ ojson full_config(const ojson& text, const std::string& format) {
 class SpecWriter {
  public:
   SpecWriter(const ModelConfig& cfg, const std::string& format, const TensorFactory& f)
-      : cfg_(cfg), mlx_(format == "mlx4"), f_(f), out_gain_(1.0f / std::sqrt(2.0f * static_cast<float>(cfg.n_layers()))) {}
+      : cfg_(cfg),
+        mlx_(format == "mlx4"),
+        f_(f),
+        out_gain_(1.0f / std::sqrt(2.0f * static_cast<float>(cfg.n_layers()))) {}
 
   // The whole model; with `mtp`, its head as well.
   std::vector<TensorSpec> model(bool mtp) {
@@ -284,12 +288,16 @@ class SpecWriter {
     shape.push_back(rows);
     if (!mlx_) {
       shape.push_back(cols);
-      out_.push_back({module + (module.ends_with("_proj") && module.find(".experts.") != std::string::npos ? "" : ".weight"),
-                      DType::kBF16, shape, f_.dense(module, DType::kBF16, sigma)});
+      out_.push_back(
+          {module +
+               (module.ends_with("_proj") && module.find(".experts.") != std::string::npos ? "" : ".weight"),
+           DType::kBF16, shape, f_.dense(module, DType::kBF16, sigma)});
       return;
     }
     const auto quant = cfg_.quant.for_module(module);
-    if (!quant) fail("the config's quantization block leaves {} unquantized; make-model quantizes every matrix", module);
+    if (!quant)
+      fail("the config's quantization block leaves {} unquantized; make-model quantizes every matrix",
+           module);
     std::vector<int64_t> wshape = shape, gshape = shape;
     wshape.push_back(cols * quant->bits / 32);
     gshape.push_back(cols / quant->group_size);
@@ -298,12 +306,15 @@ class SpecWriter {
     out_.push_back({module + ".biases", DType::kBF16, gshape, f_.affine(module, sigma, quant->bits, true)});
   }
 
-  void vec(const std::string& name, std::vector<int64_t> shape, SafetensorsWriter::Fill fill, DType dtype = DType::kBF16) {
+  void vec(const std::string& name, std::vector<int64_t> shape, SafetensorsWriter::Fill fill,
+           DType dtype = DType::kBF16) {
     out_.push_back({name, dtype, std::move(shape), std::move(fill)});
   }
 
   // Zero-centred norms: the official layout stores w, MLX stores 1 + w.
-  void zc_norm(const std::string& name, int64_t n) { vec(name, {n}, f_.dense(name, DType::kBF16, 0.1f, mlx_ ? 1.0f : 0.0f)); }
+  void zc_norm(const std::string& name, int64_t n) {
+    vec(name, {n}, f_.dense(name, DType::kBF16, 0.1f, mlx_ ? 1.0f : 0.0f));
+  }
 
   // One decoder layer under `p`. Output projections are scaled down so the residual stream grows
   // slowly over the layers.
@@ -329,10 +340,12 @@ class SpecWriter {
       matrix(p + "linear_attn.in_proj_a", {}, Hv, H, fan(H));
       matrix(p + "linear_attn.out_proj", {}, H, Vt, out_gain_ * fan(Vt));
       const std::string conv = p + "linear_attn.conv1d.weight";
-      vec(conv, mlx_ ? std::vector<int64_t>{C, K, 1} : std::vector<int64_t>{C, 1, K}, f_.dense(conv, DType::kBF16, fan(K)));
+      vec(conv, mlx_ ? std::vector<int64_t>{C, K, 1} : std::vector<int64_t>{C, 1, K},
+          f_.dense(conv, DType::kBF16, fan(K)));
       vec(p + "linear_attn.A_log", {Hv}, f_.a_log(p + "linear_attn.A_log"), DType::kF32);
       vec(p + "linear_attn.dt_bias", {Hv}, f_.dense(p + "linear_attn.dt_bias", DType::kBF16, 0.5f));
-      vec(p + "linear_attn.norm.weight", {cfg.lin_v_dim}, f_.dense(p + "linear_attn.norm.weight", DType::kBF16, 0.1f, 1.0f));
+      vec(p + "linear_attn.norm.weight", {cfg.lin_v_dim},
+          f_.dense(p + "linear_attn.norm.weight", DType::kBF16, 0.1f, 1.0f));
     }
     matrix(p + "mlp.gate", {}, E, H, fan(H));
     if (mlx_) {
@@ -365,8 +378,10 @@ void write_text(const fs::path& path, const std::string& text) {
 // Writes `specs` into shards named STEM-0000i-of-0000n.safetensors, greedily in declaration order
 // (layer by layer), each at most spec.shard_bytes unless one tensor is larger, several at once.
 // Returns (tensor, shard file) pairs.
-std::vector<std::pair<std::string, std::string>> write_shards(const std::vector<TensorSpec>& specs, const fs::path& out_dir,
-                                                              const std::string& stem, const SyntheticModelSpec& spec) {
+std::vector<std::pair<std::string, std::string>> write_shards(const std::vector<TensorSpec>& specs,
+                                                              const fs::path& out_dir,
+                                                              const std::string& stem,
+                                                              const SyntheticModelSpec& spec) {
   std::vector<std::vector<const TensorSpec*>> shards(1);
   uint64_t in_shard = 0, total = 0;
   for (const auto& t : specs) {
@@ -379,15 +394,19 @@ std::vector<std::pair<std::string, std::string>> write_shards(const std::vector<
     total += t.bytes();
   }
   const size_t n_shards = shards.size();
-  auto shard_name = [&](size_t i) { return fmt::format("{}-{:05d}-of-{:05d}.safetensors", stem, i + 1, n_shards); };
+  auto shard_name = [&](size_t i) {
+    return fmt::format("{}-{:05d}-of-{:05d}.safetensors", stem, i + 1, n_shards);
+  };
 
   Progress progress("writing " + out_dir.string(), total);
   std::mutex progress_mutex;
   std::atomic<size_t> next{0};
   std::mutex error_mutex;
   std::string error;
-  const int n_threads = std::max(1, std::min<int>(spec.threads > 0 ? spec.threads : static_cast<int>(std::thread::hardware_concurrency()),
-                                                  static_cast<int>(n_shards)));
+  const int n_threads = std::max(
+      1,
+      std::min<int>(spec.threads > 0 ? spec.threads : static_cast<int>(std::thread::hardware_concurrency()),
+                    static_cast<int>(n_shards)));
   auto worker = [&] {
     for (size_t i = next++; i < n_shards; i = next++) {
       try {
@@ -444,7 +463,8 @@ std::string synthetic_config_json(const std::string& preset, const std::string& 
 }
 
 void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& dir) {
-  if (spec.format != "mlx4" && spec.format != "bf16") fail("unknown format \"{}\" (expected mlx4 or bf16)", spec.format);
+  if (spec.format != "mlx4" && spec.format != "bf16")
+    fail("unknown format \"{}\" (expected mlx4 or bf16)", spec.format);
   ojson text;
   if (!spec.config_path.empty()) {
     std::ifstream in(spec.config_path);
@@ -505,7 +525,8 @@ void add_synthetic_mtp(const SyntheticModelSpec& spec, const std::string& src, c
     entries.emplace_back(name, fs::path(*ckpt->find(name)->file).filename().string());
   if (!fs::equivalent(fs::path(src), out_dir))
     for (const auto& e : fs::directory_iterator(src))
-      if (e.is_regular_file()) fs::copy_file(e.path(), out_dir / e.path().filename(), fs::copy_options::overwrite_existing);
+      if (e.is_regular_file())
+        fs::copy_file(e.path(), out_dir / e.path().filename(), fs::copy_options::overwrite_existing);
 
   const RandomPools pools(spec.seed);
   const TensorFactory factory(pools, spec.seed);

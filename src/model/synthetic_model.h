@@ -21,7 +21,7 @@ struct SyntheticModelSpec {
   std::string config_path;       // a config.json to take the shapes from instead of a preset
   std::string format = "mlx4";   // mlx4 | bf16
   uint64_t seed = 0;
-  int threads = 0;               // shards written at once (0 = one per core)
+  int threads = 0;  // shards written at once (0 = one per core)
   uint64_t shard_bytes = uint64_t{2} << 30;
   bool mtp = true;  // write the MTP head (model-spec.md §2.8)
 };

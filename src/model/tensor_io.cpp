@@ -50,10 +50,17 @@ F32Tensor read_f32_tensor(const std::string& path, const std::string& key) {
   out.data.resize(static_cast<size_t>(t.numel()));
   for (size_t i = 0; i < out.data.size(); ++i) {
     switch (t.dtype) {
-      case DType::kF32: out.data[i] = load_f32(t.data + 4 * i); break;
-      case DType::kBF16: out.data[i] = bf16_to_f32(load_u16(t.data + 2 * i)); break;
-      case DType::kF16: out.data[i] = f16_to_f32(load_u16(t.data + 2 * i)); break;
-      default: fail("{}: tensor \"{}\" is {}, expected F32, BF16 or F16", path, key, dtype_name(t.dtype));
+      case DType::kF32:
+        out.data[i] = load_f32(t.data + 4 * i);
+        break;
+      case DType::kBF16:
+        out.data[i] = bf16_to_f32(load_u16(t.data + 2 * i));
+        break;
+      case DType::kF16:
+        out.data[i] = f16_to_f32(load_u16(t.data + 2 * i));
+        break;
+      default:
+        fail("{}: tensor \"{}\" is {}, expected F32, BF16 or F16", path, key, dtype_name(t.dtype));
     }
   }
   return out;

@@ -11,20 +11,28 @@ namespace qwick {
 
 const char* weight_format_name(WeightFormat f) {
   switch (f) {
-    case WeightFormat::kF32: return "f32";
-    case WeightFormat::kF16: return "f16";
-    case WeightFormat::kBF16: return "bf16";
-    case WeightFormat::kAffine4: return "affine 4-bit";
-    case WeightFormat::kAffine8: return "affine 8-bit";
+    case WeightFormat::kF32:
+      return "f32";
+    case WeightFormat::kF16:
+      return "f16";
+    case WeightFormat::kBF16:
+      return "bf16";
+    case WeightFormat::kAffine4:
+      return "affine 4-bit";
+    case WeightFormat::kAffine8:
+      return "affine 8-bit";
   }
   return "?";
 }
 
 const char* checkpoint_layout_name(CheckpointLayout layout) {
   switch (layout) {
-    case CheckpointLayout::kOfficial: return "official (model.language_model.*, fused experts)";
-    case CheckpointLayout::kTransformers: return "transformers (model.*, per-expert tensors)";
-    case CheckpointLayout::kMlx: return "mlx (language_model.model.*, switch_mlp)";
+    case CheckpointLayout::kOfficial:
+      return "official (model.language_model.*, fused experts)";
+    case CheckpointLayout::kTransformers:
+      return "transformers (model.*, per-expert tensors)";
+    case CheckpointLayout::kMlx:
+      return "mlx (language_model.model.*, switch_mlp)";
   }
   return "?";
 }
@@ -39,12 +47,17 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 WeightFormat dense_format(const TensorInfo& t) {
   switch (t.dtype) {
-    case DType::kF32: return WeightFormat::kF32;
-    case DType::kF16: return WeightFormat::kF16;
-    case DType::kBF16: return WeightFormat::kBF16;
+    case DType::kF32:
+      return WeightFormat::kF32;
+    case DType::kF16:
+      return WeightFormat::kF16;
+    case DType::kBF16:
+      return WeightFormat::kBF16;
     default:
-      fail("tensor \"{}\" has dtype {}; expected F32, F16 or BF16 (or U32 with .scales/.biases for MLX affine)",
-           t.name, dtype_name(t.dtype));
+      fail(
+          "tensor \"{}\" has dtype {}; expected F32, F16 or BF16 (or U32 with .scales/.biases for MLX "
+          "affine)",
+          t.name, dtype_name(t.dtype));
   }
 }
 
@@ -59,7 +72,8 @@ std::optional<LayoutNames> detect_layout(const Checkpoint& ckpt) {
     return LayoutNames{CheckpointLayout::kMlx, "language_model.model.", "language_model.lm_head"};
   if (ckpt.has("model.language_model.embed_tokens.weight"))
     return LayoutNames{CheckpointLayout::kOfficial, "model.language_model.", "lm_head"};
-  if (ckpt.has("model.embed_tokens.weight")) return LayoutNames{CheckpointLayout::kTransformers, "model.", "lm_head"};
+  if (ckpt.has("model.embed_tokens.weight"))
+    return LayoutNames{CheckpointLayout::kTransformers, "model.", "lm_head"};
   return std::nullopt;
 }
 
@@ -76,7 +90,11 @@ std::optional<std::string> find_mtp_prefix(const Checkpoint& ckpt) {
 class Binder {
  public:
   Binder(const ModelConfig& config, Checkpoint& ckpt, LayoutNames names)
-      : cfg_(config), ckpt_(ckpt), layout_(names.layout), prefix_(std::move(names.prefix)), head_(std::move(names.head)) {}
+      : cfg_(config),
+        ckpt_(ckpt),
+        layout_(names.layout),
+        prefix_(std::move(names.prefix)),
+        head_(std::move(names.head)) {}
 
   ModelWeights bind() {
     ModelWeights w;
@@ -91,16 +109,18 @@ class Binder {
       w.lm_head = matrix(head_, cfg_.vocab_size, H);
     }
     for (int L = 0; L < cfg_.n_layers(); ++L)
-      w.layers.push_back(layer(layer_prefix(L), cfg_.layers[static_cast<size_t>(L)], fmt::format("layer {}", L)));
+      w.layers.push_back(
+          layer(layer_prefix(L), cfg_.layers[static_cast<size_t>(L)], fmt::format("layer {}", L)));
     if (const auto mtp_prefix = find_mtp_prefix(ckpt_)) w.mtp = mtp(*mtp_prefix);
 
     std::vector<std::string> ignored = {"model.visual.", "visual.", "vision_tower.", "model.vision_tower."};
     if (lm_head_ignored_) ignored.push_back(head_ + ".");
     const auto extra = ckpt_.unused(ignored);
     if (!extra.empty())
-      fail("unexpected tensor \"{}\" ({} tensor(s) in the checkpoint are not part of the {}-layer qwen3_5_moe "
-           "text model this config describes)",
-           extra.front(), extra.size(), cfg_.n_layers());
+      fail(
+          "unexpected tensor \"{}\" ({} tensor(s) in the checkpoint are not part of the {}-layer qwen3_5_moe "
+          "text model this config describes)",
+          extra.front(), extra.size(), cfg_.n_layers());
     return w;
   }
 
@@ -141,9 +161,12 @@ class Binder {
     if (probe == nullptr) fail("missing tensor \"{}\"", wname);
     if (ckpt_.has(module + ".scales")) {
       if (!cfg_.quant.enabled)
-        fail("tensor \"{}.scales\" marks {} as quantized but config.json has no quantization block", module, module);
+        fail("tensor \"{}.scales\" marks {} as quantized but config.json has no quantization block", module,
+             module);
       const auto spec = cfg_.quant.for_module(module);
-      if (!spec) fail("tensor \"{}.scales\" exists but the config's quantization block leaves {} unquantized", module, module);
+      if (!spec)
+        fail("tensor \"{}.scales\" exists but the config's quantization block leaves {} unquantized", module,
+             module);
       if (probe->dtype != DType::kU32)
         fail("tensor \"{}\" has dtype {}; quantized weights are U32", wname, dtype_name(probe->dtype));
       if (cols % spec->group_size != 0)
@@ -159,7 +182,8 @@ class Binder {
       const TensorInfo& b = take_shaped(module + ".biases", gshape);
       for (const TensorInfo* x : {&s, &b})
         if (x->dtype != DType::kBF16)
-          fail("tensor \"{}\" has dtype {}; qwick reads BF16 scales and biases", x->name, dtype_name(x->dtype));
+          fail("tensor \"{}\" has dtype {}; qwick reads BF16 scales and biases", x->name,
+               dtype_name(x->dtype));
       m.format = spec->bits == 4 ? WeightFormat::kAffine4 : WeightFormat::kAffine8;
       m.group_size = spec->group_size;
       m.data = t.data;
@@ -213,10 +237,17 @@ class Binder {
     std::vector<float> v(static_cast<size_t>(t.numel()));
     for (size_t i = 0; i < v.size(); ++i) {
       switch (t.dtype) {
-        case DType::kF32: v[i] = load_f32(t.data + 4 * i); break;
-        case DType::kBF16: v[i] = bf16_to_f32(load_u16(t.data + 2 * i)); break;
-        case DType::kF16: v[i] = f16_to_f32(load_u16(t.data + 2 * i)); break;
-        default: fail("tensor \"{}\" has dtype {}; expected F32, BF16 or F16", name, dtype_name(t.dtype));
+        case DType::kF32:
+          v[i] = load_f32(t.data + 4 * i);
+          break;
+        case DType::kBF16:
+          v[i] = bf16_to_f32(load_u16(t.data + 2 * i));
+          break;
+        case DType::kF16:
+          v[i] = f16_to_f32(load_u16(t.data + 2 * i));
+          break;
+        default:
+          fail("tensor \"{}\" has dtype {}; expected F32, BF16 or F16", name, dtype_name(t.dtype));
       }
       if (!std::isfinite(v[i])) fail("tensor \"{}\" holds a non-finite value at index {}", name, i);
     }
@@ -288,12 +319,14 @@ class Binder {
     } else if (ckpt_.has(p + "mlp.experts.0.gate_proj.weight")) {  // transformers: one tensor per expert
       for (int64_t e = 0; e < E; ++e) {
         const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
-        m.experts[e] = {matrix(q + "gate_proj", I, H), matrix(q + "up_proj", I, H), matrix(q + "down_proj", H, I)};
+        m.experts[e] = {matrix(q + "gate_proj", I, H), matrix(q + "up_proj", I, H),
+                        matrix(q + "down_proj", H, I)};
       }
     } else {
-      fail("missing expert weights for {}: no {}mlp.switch_mlp.gate_proj.weight, {}mlp.experts.gate_up_proj "
-           "or {}mlp.experts.0.gate_proj.weight",
-           what, p, p, p);
+      fail(
+          "missing expert weights for {}: no {}mlp.switch_mlp.gate_proj.weight, {}mlp.experts.gate_up_proj "
+          "or {}mlp.experts.0.gate_proj.weight",
+          what, p, p, p);
     }
     return m;
   }
@@ -324,8 +357,9 @@ class Binder {
 ModelWeights bind_weights(const ModelConfig& config, Checkpoint& checkpoint) {
   const auto names = detect_layout(checkpoint);
   if (!names)
-    fail("cannot find the token embedding: no tensor named language_model.model.embed_tokens.weight, "
-         "model.language_model.embed_tokens.weight or model.embed_tokens.weight");
+    fail(
+        "cannot find the token embedding: no tensor named language_model.model.embed_tokens.weight, "
+        "model.language_model.embed_tokens.weight or model.embed_tokens.weight");
   return Binder(config, checkpoint, *names).bind();
 }
 

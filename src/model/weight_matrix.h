@@ -37,11 +37,15 @@ struct WeightMatrix {
   bool is_affine() const { return format == WeightFormat::kAffine4 || format == WeightFormat::kAffine8; }
   int bits() const {
     switch (format) {
-      case WeightFormat::kF32: return 32;
+      case WeightFormat::kF32:
+        return 32;
       case WeightFormat::kF16:
-      case WeightFormat::kBF16: return 16;
-      case WeightFormat::kAffine4: return 4;
-      case WeightFormat::kAffine8: return 8;
+      case WeightFormat::kBF16:
+        return 16;
+      case WeightFormat::kAffine4:
+        return 4;
+      case WeightFormat::kAffine8:
+        return 8;
     }
     return 0;
   }
@@ -58,8 +62,10 @@ struct WeightMatrix {
   }
   // Bytes this matrix occupies (packed data plus scales and biases).
   size_t storage_bytes() const {
-    const size_t packed = static_cast<size_t>(rows) * static_cast<size_t>(cols) * static_cast<size_t>(bits()) / 8;
-    return is_affine() ? packed + 2 * static_cast<size_t>(rows) * static_cast<size_t>(cols / group_size) * 2 : packed;
+    const size_t packed =
+        static_cast<size_t>(rows) * static_cast<size_t>(cols) * static_cast<size_t>(bits()) / 8;
+    return is_affine() ? packed + 2 * static_cast<size_t>(rows) * static_cast<size_t>(cols / group_size) * 2
+                       : packed;
   }
 };
 

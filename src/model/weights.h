@@ -34,13 +34,13 @@ struct AttentionWeights {
 };
 
 struct DeltaNetWeights {
-  WeightMatrix in_proj_qkv;  // [2 * Hk*Dk + Hv*Dv, hidden]: rows q (Hk*Dk) | k (Hk*Dk) | v (Hv*Dv)
-  WeightMatrix in_proj_z;    // [Hv*Dv, hidden]: output gate of the gated norm
-  WeightMatrix in_proj_b;    // [Hv, hidden]: beta = sigmoid(b)
-  WeightMatrix in_proj_a;    // [Hv, hidden]: decay input
-  WeightMatrix out_proj;     // [hidden, Hv*Dv]
-  std::vector<float> conv;   // [channels, K]: causal depthwise taps, tap K-1 multiplies the newest row
-  std::vector<float> a_neg;  // [Hv]: -exp(A_log)
+  WeightMatrix in_proj_qkv;    // [2 * Hk*Dk + Hv*Dv, hidden]: rows q (Hk*Dk) | k (Hk*Dk) | v (Hv*Dv)
+  WeightMatrix in_proj_z;      // [Hv*Dv, hidden]: output gate of the gated norm
+  WeightMatrix in_proj_b;      // [Hv, hidden]: beta = sigmoid(b)
+  WeightMatrix in_proj_a;      // [Hv, hidden]: decay input
+  WeightMatrix out_proj;       // [hidden, Hv*Dv]
+  std::vector<float> conv;     // [channels, K]: causal depthwise taps, tap K-1 multiplies the newest row
+  std::vector<float> a_neg;    // [Hv]: -exp(A_log)
   std::vector<float> dt_bias;  // [Hv]
   std::vector<float> norm;     // [Dv]: gated RMSNorm weight, used as is (no 1 added)
 };
@@ -71,15 +71,15 @@ struct LayerWeights {
 struct MtpWeights {
   std::vector<float> pre_fc_norm_embedding;  // [hidden], 1 + w: RMSNorm of the next token's embedding
   std::vector<float> pre_fc_norm_hidden;     // [hidden], 1 + w: RMSNorm of the main model's hidden state
-  WeightMatrix fc;                           // [hidden, 2 * hidden]: inputs [normed embedding | normed hidden]
-  LayerWeights layer;                        // one gated full-attention layer with its MoE
-  std::vector<float> norm;                   // [hidden], 1 + w: before the shared lm_head
+  WeightMatrix fc;          // [hidden, 2 * hidden]: inputs [normed embedding | normed hidden]
+  LayerWeights layer;       // one gated full-attention layer with its MoE
+  std::vector<float> norm;  // [hidden], 1 + w: before the shared lm_head
 };
 
 struct ModelWeights {
   CheckpointLayout layout = CheckpointLayout::kOfficial;
-  WeightMatrix embed;    // [vocab, hidden]
-  WeightMatrix lm_head;  // [vocab, hidden] (the embedding itself when tied)
+  WeightMatrix embed;             // [vocab, hidden]
+  WeightMatrix lm_head;           // [vocab, hidden] (the embedding itself when tied)
   std::vector<float> final_norm;  // [hidden], 1 + w
   std::vector<LayerWeights> layers;
   std::optional<MtpWeights> mtp;  // absent when the checkpoint has no `mtp.*` tensors

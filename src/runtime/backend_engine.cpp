@@ -177,7 +177,7 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
     // the sampler's history) and then the token after them (in neither), emitted in turn.
     std::vector<int32_t> ahead;
     size_t next_ahead = 0;
-    bool in_history = false;     // whether `token` is in the sampler's history already
+    bool in_history = false;  // whether `token` is in the sampler's history already
     stats.finish_reason = "length";
     int32_t token = limit > 0 ? pick() : 0;
     while (stats.generated_tokens < limit) {
@@ -212,12 +212,14 @@ CompletionStats BackendEngine::run(const CompletionJob& job, CompletionObserver&
       int32_t next = 0;
       live_decoded_ = true;
       // Drafts past the length or context limit would be thrown away.
-      const int64_t room = std::min(limit - stats.generated_tokens, backend_.max_context() - backend_.position()) - 1;
+      const int64_t room =
+          std::min(limit - stats.generated_tokens, backend_.max_context() - backend_.position()) - 1;
       if (speculator.depth() > 0 && room > 0) {
         const int32_t verified = token;
         ahead.clear();
         next_ahead = 0;
-        const int32_t after = speculator.step(verified, sampler, static_cast<int>(std::min<int64_t>(room, depth)), ahead);
+        const int32_t after =
+            speculator.step(verified, sampler, static_cast<int>(std::min<int64_t>(room, depth)), ahead);
         live_.push_back(verified);
         live_.insert(live_.end(), ahead.begin(), ahead.end());
         ahead.push_back(after);  // emitted after the accepted drafts; the only one not in the history

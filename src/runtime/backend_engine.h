@@ -37,7 +37,7 @@ struct BackendEngineOptions {
   // Speculative decoding: drafts a step at most (runtime/speculation.h), where the backend runs an
   // MTP head; a job's draft_max overrides it. 0 = off.
   int draft_max = 0;
-  bool draft_adaptive = true;     // lower the depth per request when drafts stop paying
+  bool draft_adaptive = true;    // lower the depth per request when drafts stop paying
   DraftOverride draft_override;  // replaces the head's drafts (the bench's oracle, tests)
   // Prefixes shorter than this are not saved: prefilling them again costs less than the memory
   // their snapshot holds (the recurrent state is the same size however short the prefix).

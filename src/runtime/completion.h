@@ -31,7 +31,7 @@ struct CompletionJob {
   bool reuse = true;
   std::vector<int64_t> snapshot_at;  // prompt lengths worth keeping (e.g. the end of the history)
   bool snapshot_end = true;          // keep the state after the generated turn too
-  int draft_max = -1;  // speculative drafts a step at most; < 0: the engine's setting, 0: off
+  int draft_max = -1;                // speculative drafts a step at most; < 0: the engine's setting, 0: off
   // The grammar the output must follow (null: free). Its mask is applied before sampling, so
   // tokens are then chosen on the host; generation ends where the grammar is complete.
   std::shared_ptr<TokenConstraint> constraint;
@@ -63,7 +63,7 @@ struct CompletionStats {
   // Of generated_tokens, those written inside the reasoning (filled by the server's response
   // layer, which parses the output; 0 from the engine).
   int64_t reasoning_tokens = 0;
-  std::string finish_reason;  // "stop", "length" or "cancelled"
+  std::string finish_reason;     // "stop", "length" or "cancelled"
   int64_t draft_n = 0;           // speculative drafts verified
   int64_t draft_n_accepted = 0;  // of which accepted
 };

@@ -39,7 +39,8 @@ bool Sampler::transform(std::span<float> logits) {
     counts_.resize(unique);
     for (const auto& [id, count] : counts_) {
       float& l = logits[static_cast<size_t>(id)];
-      if (params_.repetition_penalty != 1.0f) l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+      if (params_.repetition_penalty != 1.0f)
+        l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
       l -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(count);
     }
   }
@@ -60,11 +61,14 @@ size_t Sampler::weigh(std::span<const float> logits) {
   for (size_t i = 0; i < logits.size(); ++i)
     if (std::isfinite(logits[i])) candidates_.emplace_back(logits[i], static_cast<int32_t>(i));
   if (candidates_.empty()) fail("sampling: every logit is -inf or NaN");
-  auto by_logit = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
   size_t keep = candidates_.size();
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
     keep = static_cast<size_t>(params_.top_k);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(keep), candidates_.end(), by_logit);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(keep),
+                      candidates_.end(), by_logit);
   } else {
     std::sort(candidates_.begin(), candidates_.end(), by_logit);
   }
@@ -92,7 +96,8 @@ size_t Sampler::weigh(std::span<const float> logits) {
   }
 
   // Temperature.
-  for (size_t i = 0; i < keep; ++i) p[i] = std::exp(static_cast<double>(candidates_[i].first - top) / params_.temperature);
+  for (size_t i = 0; i < keep; ++i)
+    p[i] = std::exp(static_cast<double>(candidates_[i].first - top) / params_.temperature);
   return keep;
 }
 
@@ -135,6 +140,8 @@ int32_t Sampler::draw(const Distribution& weights) {
   return weights.back().first;
 }
 
-double Sampler::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+double Sampler::uniform() {
+  return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+}
 
 }  // namespace qwick

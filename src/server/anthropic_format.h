@@ -16,7 +16,7 @@
 // (stop_reason and the final usage) and message_stop; each as "event: TYPE\ndata: JSON\n\n".
 // A failure ends the stream with an `error` event.
 //
-// Tested in tests/server/anthropic_stream_test.cpp (exact bytes) and tests/node/anthropic_sdk.mjs.
+// Tested in tests/server/anthropic_messages_test.cpp (exact bytes) and tests/node/anthropic_sdk.mjs.
 #pragma once
 
 #include <nlohmann/json.hpp>

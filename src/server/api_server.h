@@ -55,8 +55,8 @@ struct ServerOptions {
   bool special = false;  // control tokens the model writes (<|box_end|>, ...) appear in the text
   // Control-token strings typed in messages become control tokens (else plain text).
   bool special_in_messages = false;
-  int64_t responses_store_size = 1000;                // stored Responses API responses, at most
-  int64_t responses_store_age_s = 3600;               // and for at most this long
+  int64_t responses_store_size = 1000;   // stored Responses API responses, at most
+  int64_t responses_store_age_s = 3600;  // and for at most this long
 };
 
 // What the server needs from a loaded model.

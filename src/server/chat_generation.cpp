@@ -67,12 +67,12 @@ ChatSubmission submit_job(ServerContext& ctx, CompletionJob job, ResponseOptions
   const int64_t n_ctx = ctx.model.engine->context_size();
   if (n_prompt == 0) throw invalid_request("the prompt is empty", prompt_param);
   if (n_prompt >= n_ctx) {
-    ApiError e(400,
-               fmt::format("the request exceeds the available context size: {} prompt tokens, the context "
-                           "holds {}",
-                           n_prompt > n_ctx ? fmt::format("more than {}", n_ctx) : std::to_string(n_prompt),
-                           n_ctx),
-               "", "exceed_context_size_error");
+    ApiError e(
+        400,
+        fmt::format("the request exceeds the available context size: {} prompt tokens, the context "
+                    "holds {}",
+                    n_prompt > n_ctx ? fmt::format("more than {}", n_ctx) : std::to_string(n_prompt), n_ctx),
+        "", "exceed_context_size_error");
     e.extra = {{"n_prompt_tokens", n_prompt}, {"n_ctx", n_ctx}};  // (counted up to where tokenizing stopped)
     throw e;
   }

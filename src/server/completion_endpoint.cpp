@@ -97,7 +97,8 @@ void CompletionEndpoint::handle(const httplib::Request& req, httplib::Response& 
   } else {
     CompletionJob job;
     if (r.prompt_ids.empty())  // tokenized up to the context size, which already refuses it
-      model.tokenizer->encode(r.prompt_text, true, job.prompt, static_cast<size_t>(model.engine->context_size()));
+      model.tokenizer->encode(r.prompt_text, true, job.prompt,
+                              static_cast<size_t>(model.engine->context_size()));
     else
       job.prompt = r.prompt_ids;
     job.sampling = r.sampling;

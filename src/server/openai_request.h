@@ -11,8 +11,8 @@
 // ...: unsupported_fields.h). Null counts as absent. Request fields win over the server's
 // defaults, which come from its command line, else the model's generation_config.json.
 //
-// Tested in tests/server/openai_request_test.cpp (each field, each rejection with its message and
-// param) and end to end in tests/node/server_api.mjs.
+// Tested in tests/server/server_api_rules_test.cpp and server_bad_input_test.cpp (rejections with
+// their message and param) and end to end in tests/node/server_api.mjs (each field).
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -93,7 +93,8 @@ TEST(ChatTemplate, TypeErrorsOfTheTemplateAreErrorsToo) {
   in.tools = ojson::parse(R"({"name": "f"})");
   EXPECT_EQ(render_chat_template(in), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n");
   in.tools = nullptr;
-  in.messages = ojson::parse(R"([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a", "tool_calls": {}},
+  in.messages = ojson::parse(
+      R"([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a", "tool_calls": {}},
       {"role": "assistant", "content": "b", "tool_calls": 3}])");
   in.add_generation_prompt = false;
   EXPECT_EQ(render_chat_template(in),

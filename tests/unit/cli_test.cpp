@@ -19,13 +19,18 @@ TEST(Cli, MakeModelOutputLoadsAndRuns) {
   for (const char* format : {"mlx4", "bf16"}) {
     const fs::path dir = test::scratch_dir(std::string("made-") + format);
     std::string out;
-    ASSERT_EQ(test::run_qwick(std::string("make-model --preset tiny --format ") + format + " " + dir.string(), &out), 0)
+    ASSERT_EQ(test::run_qwick(std::string("make-model --preset tiny --format ") + format + " " + dir.string(),
+                              &out),
+              0)
         << out;
     for (const char* f : {"config.json", "generation_config.json", "model.safetensors.index.json"})
       EXPECT_TRUE(fs::exists(dir / f)) << f;
     const auto model = load_model(dir);  // binds every tensor
-    EXPECT_EQ(model->weights.layout, std::string(format) == "mlx4" ? CheckpointLayout::kMlx : CheckpointLayout::kOfficial);
-    ASSERT_EQ(test::run_qwick("run -m " + dir.string() + " --prompt-ids 1,2,3,4,5 -n 6 --ignore-eos", &out), 0) << out;
+    EXPECT_EQ(model->weights.layout,
+              std::string(format) == "mlx4" ? CheckpointLayout::kMlx : CheckpointLayout::kOfficial);
+    ASSERT_EQ(test::run_qwick("run -m " + dir.string() + " --prompt-ids 1,2,3,4,5 -n 6 --ignore-eos", &out),
+              0)
+        << out;
     EXPECT_TRUE(std::regex_search(out, std::regex(R"(^\d+( \d+){5}\n)"))) << out;
     EXPECT_NE(out.find("prompt eval time"), std::string::npos) << out;
     EXPECT_NE(out.find("tokens per second"), std::string::npos) << out;
@@ -33,7 +38,8 @@ TEST(Cli, MakeModelOutputLoadsAndRuns) {
 }
 
 TEST(Cli, MakeModelIsDeterministicForASeed) {
-  const fs::path a = test::scratch_dir("seed-a"), b = test::scratch_dir("seed-b"), c = test::scratch_dir("seed-c");
+  const fs::path a = test::scratch_dir("seed-a"), b = test::scratch_dir("seed-b"),
+                 c = test::scratch_dir("seed-c");
   ASSERT_EQ(test::run_qwick("make-model --preset tiny -s 7 " + a.string(), nullptr), 0);
   ASSERT_EQ(test::run_qwick("make-model --preset tiny -s 7 " + b.string(), nullptr), 0);
   ASSERT_EQ(test::run_qwick("make-model --preset tiny -s 8 " + c.string(), nullptr), 0);
@@ -48,13 +54,15 @@ TEST(Cli, MakeModelIsDeterministicForASeed) {
 TEST(Cli, EvalPrintsAParseableSummary) {
   const std::string ref = test::fixture("tiny/reference.safetensors").string();
   std::string out;
-  ASSERT_EQ(test::run_qwick("eval -m " + test::fixture("tiny/hf").string() + " --tokens " + ref + " --reference " + ref +
-                                " --key logits --kv-type f32 --exact --decode-from 60 --chunk 16",
-                            &out),
-            0)
+  ASSERT_EQ(
+      test::run_qwick("eval -m " + test::fixture("tiny/hf").string() + " --tokens " + ref + " --reference " +
+                          ref + " --key logits --kv-type f32 --exact --decode-from 60 --chunk 16",
+                      &out),
+      0)
       << out;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(tokens=100 rel_err=(\S+) max_abs=(\S+) top1=(\S+)% ppl=(\S+)\n$)")))
+  ASSERT_TRUE(std::regex_search(
+      out, m, std::regex(R"(tokens=100 rel_err=(\S+) max_abs=(\S+) top1=(\S+)% ppl=(\S+)\n$)")))
       << out;
   EXPECT_LT(std::stod(m[1]), 1e-4);
   EXPECT_EQ(std::stod(m[3]), 100.0);
@@ -80,7 +88,8 @@ TEST(Cli, BadInputIsAClearErrorAndNonZeroExit) {
       {"eval -m " + tiny + " --tokens /nonexistent.safetensors", "cannot open /nonexistent.safetensors"},
       {"eval -m " + tiny + " --tokens " + ref + " --tokens-key nope", "no tensor \"nope\""},
       {"eval -m " + tiny + " --tokens " + ref + " --tokens-key logits", "is F32, expected I32"},
-      {"eval -m " + tiny + " --tokens " + ref + " --reference " + ref + " --key hidden", "has shape [5, 100, 128]"},
+      {"eval -m " + tiny + " --tokens " + ref + " --reference " + ref + " --key hidden",
+       "has shape [5, 100, 128]"},
       {"eval -m " + tiny + " --tokens " + ref + " --chunk 0", "chunk must be positive"},
       {"eval -m " + tiny + " --tokens " + ref + " -c 50", "context overflow"},
       {"run -m " + tiny + " --prompt-ids 1,2,99999", "token id 99999 is out of range"},

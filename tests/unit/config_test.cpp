@@ -14,7 +14,9 @@ namespace {
 
 using json = nlohmann::json;
 
-json full_preset() { return json::parse(synthetic_config_json("qwen3.6-35b-a3b", "mlx4")); }
+json full_preset() {
+  return json::parse(synthetic_config_json("qwen3.6-35b-a3b", "mlx4"));
+}
 
 std::string error_of(const json& j) {
   try {
@@ -32,7 +34,8 @@ TEST(Config, ReadsNestedTextConfigWithQuantization) {
   ASSERT_EQ(c.n_layers(), 40);
   EXPECT_EQ(c.n_attention_layers(), 10);
   for (int L = 0; L < 40; ++L)
-    EXPECT_EQ(c.layers[static_cast<size_t>(L)], (L + 1) % 4 == 0 ? LayerKind::kAttention : LayerKind::kDeltaNet);
+    EXPECT_EQ(c.layers[static_cast<size_t>(L)],
+              (L + 1) % 4 == 0 ? LayerKind::kAttention : LayerKind::kDeltaNet);
   EXPECT_EQ(c.rotary_dim, 64);
   EXPECT_EQ(c.q_proj_rows(), 8192);
   EXPECT_EQ(c.conv_channels(), 8192);
@@ -85,14 +88,13 @@ TEST(Config, ErrorsNameTheFieldAndValue) {
       {[](json& j) { j["text_config"]["num_experts_per_tok"] = 300; }, "num_experts_per_tok = 300"},
       {[](json& j) { j["text_config"]["rope_parameters"]["rope_type"] = "yarn"; },
        "text_config.rope_parameters.rope_type = \"yarn\""},
-      {[](json& j) { j["text_config"]["rope_parameters"]["partial_rotary_factor"] = 0.1; }, "partial_rotary_factor 0.1"},
+      {[](json& j) { j["text_config"]["rope_parameters"]["partial_rotary_factor"] = 0.1; },
+       "partial_rotary_factor 0.1"},
       {[](json& j) { j["text_config"]["attention_bias"] = true; }, "attention_bias = true"},
       {[](json& j) { j["quantization"]["bits"] = 3; }, "quantization.bits = 3"},
       {[](json& j) { j["quantization"]["group_size"] = 48; }, "quantization.group_size = 48"},
       {[](json& j) { j["quantization"]["mode"] = "mxfp4"; }, "quantization.mode = \"mxfp4\""},
-      {[](json& j) {
-         j["quantization"]["language_model.model.layers.0.mlp.gate"]["bits"] = 2;
-       },
+      {[](json& j) { j["quantization"]["language_model.model.layers.0.mlp.gate"]["bits"] = 2; },
        "quantization.language_model.model.layers.0.mlp.gate.bits = 2"},
       {[](json& j) {
          j.erase("quantization");
@@ -104,7 +106,8 @@ TEST(Config, ErrorsNameTheFieldAndValue) {
     json j = full_preset();
     c.edit(j);
     const std::string err = error_of(j);
-    EXPECT_NE(err.find(c.expect), std::string::npos) << "expected \"" << c.expect << "\" in \"" << err << "\"";
+    EXPECT_NE(err.find(c.expect), std::string::npos)
+        << "expected \"" << c.expect << "\" in \"" << err << "\"";
     EXPECT_NE(err.find("config.json"), std::string::npos) << err;
   }
   EXPECT_NE(error_of(json::array()).find("expected a JSON object"), std::string::npos);

@@ -26,9 +26,10 @@ TEST(ThreadPool, RunsEveryTaskOnceAndRethrows) {
     });
     for (auto& h : hits) EXPECT_EQ(h.load(), 1);
   }
-  EXPECT_THROW(pool.parallel_for(10, [](size_t i, int) {
-    if (i == 5) fail("task {} failed", i);
-  }),
+  EXPECT_THROW(pool.parallel_for(10,
+                                 [](size_t i, int) {
+                                   if (i == 5) fail("task {} failed", i);
+                                 }),
                Error);
   // Nested calls run inline instead of deadlocking.
   std::atomic<int> total{0};

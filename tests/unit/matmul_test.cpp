@@ -42,7 +42,8 @@ struct RandomMatrix {
         i += 2;
       } else if (format == WeightFormat::kF16) {
         // Random finite halves: sign, exponent 10..20, any mantissa.
-        const uint16_t v = static_cast<uint16_t>((rng() & 0x8000u) | ((10 + rng() % 11) << 10) | (rng() & 0x3ffu));
+        const uint16_t v =
+            static_cast<uint16_t>((rng() & 0x8000u) | ((10 + rng() % 11) << 10) | (rng() & 0x3ffu));
         std::memcpy(&data[i], &v, 2);
         i += 2;
       } else {
@@ -130,17 +131,20 @@ void run_level(SimdLevel level) {
         dequantize_row(m.w, r, row.data());
         for (size_t t = 0; t < n; ++t)
           for (int64_t c = 0; c < sh.cols; ++c)
-            mag[t * ldy + static_cast<size_t>(r)] += std::fabs(row[static_cast<size_t>(c)] * x[t * ldx + static_cast<size_t>(c)]);
+            mag[t * ldy + static_cast<size_t>(r)] +=
+                std::fabs(row[static_cast<size_t>(c)] * x[t * ldx + static_cast<size_t>(c)]);
       }
-      const std::string what = std::string(simd_level_name(level)) + " " + weight_format_name(sh.format) + " " +
-                               std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " g" +
+      const std::string what = std::string(simd_level_name(level)) + " " + weight_format_name(sh.format) +
+                               " " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " g" +
                                std::to_string(sh.group) + " n" + std::to_string(n);
       expect_close(ref, got, mag, what.c_str());
     }
   }
 }
 
-TEST(Matmul, Avx2MatchesReference) { run_level(SimdLevel::kAvx2); }
+TEST(Matmul, Avx2MatchesReference) {
+  run_level(SimdLevel::kAvx2);
+}
 
 // bf16 operands (matmul_bf16.h): the AVX-512 kernel against the bf16 reference, and that reference
 // against the f32 product within the rounding of both operands to bf16 (unit roundoff 2⁻⁸ each).
@@ -169,27 +173,33 @@ TEST(Matmul, Bf16MatchesItsReferenceAndTheBound) {
       p.y = ref.data();
       matmul_rows_bf16_reference(p, xr.data(), 0, sh.rows, scratch.data());
       p.y = got.data();
-      matmul_rows_bf16_avx512(p, reinterpret_cast<const uint16_t*>(prepared.data()), 0, sh.rows, scratch.data());
+      matmul_rows_bf16_avx512(p, reinterpret_cast<const uint16_t*>(prepared.data()), 0, sh.rows,
+                              scratch.data());
       std::vector<float> row(static_cast<size_t>(sh.cols));
       for (int64_t r = 0; r < sh.rows; ++r) {
         dequantize_row(m.w, r, row.data());
         for (size_t t = 0; t < n; ++t) {
           double mag = 0;
-          for (int64_t c = 0; c < sh.cols; ++c) mag += std::fabs(row[static_cast<size_t>(c)] * x[t * ldx + static_cast<size_t>(c)]);
+          for (int64_t c = 0; c < sh.cols; ++c)
+            mag += std::fabs(row[static_cast<size_t>(c)] * x[t * ldx + static_cast<size_t>(c)]);
           const size_t i = t * ldy + static_cast<size_t>(r);
-          ASSERT_NEAR(got[i], ref[i], 2e-6 * mag + 1e-6) << weight_format_name(sh.format) << " " << sh.rows << "x" << sh.cols;
+          ASSERT_NEAR(got[i], ref[i], 2e-6 * mag + 1e-6)
+              << weight_format_name(sh.format) << " " << sh.rows << "x" << sh.cols;
           ASSERT_NEAR(ref[i], exact[i], 2 * 0x1p-8 * mag * 1.01 + 1e-6) << weight_format_name(sh.format);
         }
       }
     }
   }
 }
-TEST(Matmul, Avx512MatchesReference) { run_level(SimdLevel::kAvx512); }
+TEST(Matmul, Avx512MatchesReference) {
+  run_level(SimdLevel::kAvx512);
+}
 
 TEST(Matmul, DequantizeAffineFollowsMlxPacking) {
   // Row of 64 4-bit values with element 8j+k in nibble k of word j: byte b holds elements 2b, 2b+1.
   std::vector<uint8_t> data(32), scales(2), biases(2);
-  for (int i = 0; i < 32; ++i) data[static_cast<size_t>(i)] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
+  for (int i = 0; i < 32; ++i)
+    data[static_cast<size_t>(i)] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
   const uint16_t s = f32_to_bf16(-0.5f), b = f32_to_bf16(2.0f);
   std::memcpy(scales.data(), &s, 2);
   std::memcpy(biases.data(), &b, 2);

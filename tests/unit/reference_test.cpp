@@ -21,7 +21,7 @@ struct RunSpec {
   int64_t chunk = 512;
   int64_t decode_from = -1;  // prefill this many, then decode the rest
   KvDtype kv = KvDtype::kF32;
-  bool exact = true;         // f32 activations in every matmul (the reference numerics)
+  bool exact = true;  // f32 activations in every matmul (the reference numerics)
   LayerObserver observer;
 };
 
@@ -40,7 +40,8 @@ std::vector<float> logits_of(const Model& model, const std::vector<int32_t>& tok
   p.observer = run.observer;
   if (n > 0) backend->prefill(std::span<const int32_t>(tokens.data(), static_cast<size_t>(n)), logits, p);
   for (int64_t t = n; t < T; ++t)
-    backend->decode(tokens[static_cast<size_t>(t)], std::span<float>(logits.data() + t * V, static_cast<size_t>(V)));
+    backend->decode(tokens[static_cast<size_t>(t)],
+                    std::span<float>(logits.data() + t * V, static_cast<size_t>(V)));
   return logits;
 }
 
@@ -54,7 +55,8 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& ref) {
 }
 
 // Positions where the reference's top-two margin exceeds `margin` must have the same argmax.
-void expect_top1_where_clear(const std::vector<float>& a, const std::vector<float>& ref, int64_t V, float margin) {
+void expect_top1_where_clear(const std::vector<float>& a, const std::vector<float>& ref, int64_t V,
+                             float margin) {
   const int64_t T = static_cast<int64_t>(ref.size()) / V;
   int checked = 0;
   for (int64_t t = 0; t < T; ++t) {
@@ -110,9 +112,11 @@ TEST(Reference, TinyMlx4QuantizedPathIsExact) {
   const auto dir = test::scratch_dir("mlx4-exact-norms");
   test::copy_checkpoint(test::fixture("tiny/mlx4"), dir, [&](test::TensorMap& t) {
     for (auto& [name, raw] : t) {
-      const bool zero_centred = name.find("norm.weight") != std::string::npos && name.find("linear_attn.norm") == std::string::npos;
+      const bool zero_centred =
+          name.find("norm.weight") != std::string::npos && name.find("linear_attn.norm") == std::string::npos;
       if (!zero_centred) continue;
-      const auto& src = hf.at("model.language_model." + name.substr(std::string("language_model.model.").size()));
+      const auto& src =
+          hf.at("model.language_model." + name.substr(std::string("language_model.model.").size()));
       std::vector<uint8_t> bytes(src.bytes.size() * 2);
       for (size_t i = 0; i < src.bytes.size() / 2; ++i) {
         const uint32_t bits = static_cast<uint32_t>(src.bytes[2 * i] | src.bytes[2 * i + 1] << 8) << 16;

@@ -48,7 +48,8 @@ TEST(Safetensors, ParsesTensorsAndMetadata) {
 
 TEST(Safetensors, AcceptsEmptyAndScalarTensors) {
   const auto bytes = image(
-      R"({"e":{"dtype":"F32","shape":[0,4],"data_offsets":[0,0]},"s":{"dtype":"I32","shape":[],"data_offsets":[0,4]}})", 4);
+      R"({"e":{"dtype":"F32","shape":[0,4],"data_offsets":[0,0]},"s":{"dtype":"I32","shape":[],"data_offsets":[0,4]}})",
+      4);
   const auto f = SafetensorsFile::parse(bytes, "x");
   EXPECT_EQ(f->find("s")->numel(), 1);
   EXPECT_EQ(f->find("e")->numel(), 0);
@@ -69,24 +70,31 @@ TEST(Safetensors, RejectsMalformedFilesWithClearErrors) {
       {"not JSON", image("{\"a\":", 0), "not valid JSON"},
       {"no opening brace", image("[1]", 0), "does not start"},
       {"duplicate key", image("{" + ok_entry + "," + ok_entry + "}", 8), "duplicate key \"a\""},
-      {"unknown dtype", image(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", 8), "unknown dtype \"Q4\""},
-      {"negative dim", image(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8), "invalid dimension"},
-      {"shape not array", image(R"({"a":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", 8), "no shape array"},
+      {"unknown dtype", image(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", 8),
+       "unknown dtype \"Q4\""},
+      {"negative dim", image(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8),
+       "invalid dimension"},
+      {"shape not array", image(R"({"a":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", 8),
+       "no shape array"},
       {"reversed offsets", image(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8), "reversed"},
-      {"offsets past data", image(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8), "run past"},
-      {"size mismatch", image(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "span 8 bytes"},
+      {"offsets past data", image(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8),
+       "run past"},
+      {"size mismatch", image(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8),
+       "span 8 bytes"},
       {"overflowing shape",
        image(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,8]}})", 8),
        "overflows"},
       {"overlap",
-       image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
-             12),
+       image(
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+           12),
        "overlaps"},
       {"hole", image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "unused bytes"},
       {"trailing bytes", image("{" + ok_entry + "}", 12), "cover 8"},
       {"metadata not strings", image(R"({"__metadata__":{"x":1}})", 0), "not a string"},
       {"entry not object", image(R"({"a":[1,2]})", 0), "not an object"},
-      {"bad offsets", image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8), "invalid data_offsets"},
+      {"bad offsets", image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8),
+       "invalid data_offsets"},
       {"invalid utf-8 in header", image("{\"\xff\":1}", 0), "not valid JSON"},
   };
   for (const auto& c : cases) {

@@ -55,7 +55,8 @@ TEST(Weights, FusedExpertsSplitGateFirst) {
   const WeightMatrix& a = official->weights.layers[2].moe.experts[5].up;
   const WeightMatrix& b = native->weights.layers[2].moe.experts[5].up;
   for (int64_t c = 0; c < a.cols; ++c)
-    EXPECT_EQ(bf16_to_f32(load_u16(a.data + 3 * a.row_stride + 2 * c)), load_f32(b.data + 3 * b.row_stride + 4 * c));
+    EXPECT_EQ(bf16_to_f32(load_u16(a.data + 3 * a.row_stride + 2 * c)),
+              load_f32(b.data + 3 * b.row_stride + 4 * c));
 }
 
 class BrokenCheckpoint : public ::testing::Test {
@@ -88,7 +89,8 @@ TEST_F(BrokenCheckpoint, MisShapedTensor) {
     auto& x = t.at(name);
     x.shape = {x.shape[1], x.shape[0]};
   });
-  EXPECT_NE(err.find("\"" + name + "\" has shape [128, 64]; the config needs [64, 128]"), std::string::npos) << err;
+  EXPECT_NE(err.find("\"" + name + "\" has shape [128, 64]; the config needs [64, 128]"), std::string::npos)
+      << err;
 }
 
 TEST_F(BrokenCheckpoint, WronglyTypedTensor) {
@@ -105,11 +107,13 @@ TEST_F(BrokenCheckpoint, ExtraTensorIsRejectedButVisionIsSkipped) {
   const std::string err = broken("hf", [](test::TensorMap& t) {
     t["model.language_model.layers.0.mlp.experts.extra_proj"] = {DType::kF32, {1}, {0, 0, 0, 0}};
   });
-  EXPECT_NE(err.find("unexpected tensor \"model.language_model.layers.0.mlp.experts.extra_proj\""), std::string::npos)
+  EXPECT_NE(err.find("unexpected tensor \"model.language_model.layers.0.mlp.experts.extra_proj\""),
+            std::string::npos)
       << err;
-  EXPECT_EQ(broken("hf", [](test::TensorMap& t) {
-              t["model.visual.blocks.0.weight"] = {DType::kF32, {1}, {0, 0, 0, 0}};
-            }),
+  EXPECT_EQ(broken("hf",
+                   [](test::TensorMap& t) {
+                     t["model.visual.blocks.0.weight"] = {DType::kF32, {1}, {0, 0, 0, 0}};
+                   }),
             "");
 }
 
@@ -157,13 +161,15 @@ TEST(Weights, QuantizedTensorsNeedAQuantizationBlock) {
 
 TEST(Weights, ShardIndexProblemsNameTheFile) {
   const fs::path dir = test::scratch_dir("index");
-  for (const auto& e : fs::directory_iterator(test::fixture("tiny/hf"))) fs::copy_file(e.path(), dir / e.path().filename());
+  for (const auto& e : fs::directory_iterator(test::fixture("tiny/hf")))
+    fs::copy_file(e.path(), dir / e.path().filename());
   fs::remove(dir / "model-00002-of-00002.safetensors");
   EXPECT_NE(load_error(dir).find("shard model-00002-of-00002.safetensors listed in the index does not exist"),
             std::string::npos);
 
   const fs::path dir2 = test::scratch_dir("index2");
-  for (const auto& e : fs::directory_iterator(test::fixture("tiny/hf"))) fs::copy_file(e.path(), dir2 / e.path().filename());
+  for (const auto& e : fs::directory_iterator(test::fixture("tiny/hf")))
+    fs::copy_file(e.path(), dir2 / e.path().filename());
   nlohmann::json index = nlohmann::json::parse(std::ifstream(dir2 / "model.safetensors.index.json"));
   index["weight_map"]["model.language_model.ghost.weight"] = "model-00001-of-00002.safetensors";
   std::ofstream(dir2 / "model.safetensors.index.json") << index.dump();

@@ -27,8 +27,8 @@ class CpuSnapshot final : public SequenceSnapshot {
   size_t bytes_ = 0;
   std::vector<std::vector<uint8_t>> kv;  // per attention layer: rows [0, position)
   std::vector<DeltaNetState> deltanet;
-  std::vector<uint8_t> mtp_kv;      // the head's rows [0, position - 1)
-  std::vector<float> mtp_pending;   // the head's pending hidden state (CpuBackend::pending_)
+  std::vector<uint8_t> mtp_kv;     // the head's rows [0, position - 1)
+  std::vector<float> mtp_pending;  // the head's pending hidden state (CpuBackend::pending_)
 };
 
 class CpuBackend final : public Backend {
@@ -58,7 +58,8 @@ class CpuBackend final : public Backend {
   int64_t position() const override { return seq_.position; }
   int64_t max_context() const override { return max_context_; }
 
-  void prefill(std::span<const int32_t> tokens, std::span<float> logits, const PrefillOptions& options) override {
+  void prefill(std::span<const int32_t> tokens, std::span<float> logits,
+               const PrefillOptions& options) override {
     const size_t V = static_cast<size_t>(cfg_.vocab_size);
     check_no_step("prefill");
     check_tokens(tokens);
@@ -97,10 +98,11 @@ class CpuBackend final : public Backend {
     step_tokens_.clear();
     for (int64_t i = 0; i < n; ++i) {
       const StepRow& r = rows[static_cast<size_t>(i)];
-      if (r.sequence != 0) fail("step: row {} names sequence {}; the CPU backend holds only sequence 0", i, r.sequence);
+      if (r.sequence != 0)
+        fail("step: row {} names sequence {}; the CPU backend holds only sequence 0", i, r.sequence);
       if (r.position != seq_.position + i)
-        fail("step: row {} is at position {}; the rows must be the consecutive positions from {}", i, r.position,
-             seq_.position);
+        fail("step: row {} is at position {}; the rows must be the consecutive positions from {}", i,
+             r.position, seq_.position);
       step_tokens_.push_back(r.token);
     }
     check_tokens(step_tokens_);
@@ -189,13 +191,16 @@ class CpuBackend final : public Backend {
  private:
   void check_tokens(std::span<const int32_t> tokens) const {
     for (int32_t t : tokens)
-      if (t < 0 || t >= cfg_.vocab_size) fail("token id {} is out of range (vocab size {})", t, cfg_.vocab_size);
+      if (t < 0 || t >= cfg_.vocab_size)
+        fail("token id {} is out of range (vocab size {})", t, cfg_.vocab_size);
     if (seq_.position + static_cast<int64_t>(tokens.size()) > max_context_)
       fail("context overflow: {} tokens in the sequence + {} new exceed the context size {}", seq_.position,
            tokens.size(), max_context_);
   }
 
-  MatmulPrecision decode_precision() const { return exact_ ? MatmulPrecision::kExact : MatmulPrecision::kFastDecode; }
+  MatmulPrecision decode_precision() const {
+    return exact_ ? MatmulPrecision::kExact : MatmulPrecision::kFastDecode;
+  }
 
   CpuContext context(MatmulPrecision precision) {
     return CpuContext{cfg_, pool_, active_vector_ops(), rope_, arena_, max_context_, precision};
@@ -212,8 +217,10 @@ class CpuBackend final : public Backend {
     if (head_ == nullptr) fail("draft: the MTP head is not running (BackendOptions::mtp)");
     check_no_step("draft");
     if (seq_.position < 1) fail("draft: the sequence is empty; prefill first");
-    if (token < 0 || token >= cfg_.vocab_size) fail("token id {} is out of range (vocab size {})", token, cfg_.vocab_size);
-    if (position >= max_context_) fail("draft: position {} is past the context size {}", position, max_context_);
+    if (token < 0 || token >= cfg_.vocab_size)
+      fail("token id {} is out of range (vocab size {})", token, cfg_.vocab_size);
+    if (position >= max_context_)
+      fail("draft: position {} is past the context size {}", position, max_context_);
     if (logits.size() < static_cast<size_t>(cfg_.vocab_size)) fail("draft: logits buffer too small");
   }
 
@@ -228,7 +235,8 @@ class CpuBackend final : public Backend {
     for (AlignedBuffer<float>* b : {&hidden_, &normed_, &branch_}) b->reserve(static_cast<size_t>(n * H));
     float* hidden = hidden_.data();
 
-    pool_.parallel_for(static_cast<size_t>(n), [&](size_t t, int) { dequantize_row(w.embed, tokens[t], hidden + t * H); });
+    pool_.parallel_for(static_cast<size_t>(n),
+                       [&](size_t t, int) { dequantize_row(w.embed, tokens[t], hidden + t * H); });
     if (observer) observer(0, hidden, n, pos0);
     for (int L = 0; L < cfg_.n_layers(); ++L) {
       const LayerWeights& lw = w.layers[static_cast<size_t>(L)];
@@ -252,7 +260,8 @@ class CpuBackend final : public Backend {
     const int64_t first = norm_all || all_logits ? 0 : n - 1;
     pool_.parallel_for(static_cast<size_t>(n - first), [&](size_t t, int) {
       const int64_t r = first + static_cast<int64_t>(t);
-      rms_norm(hidden_.data() + r * H, model_.weights.final_norm.data(), cfg_.rms_norm_eps, H, normed_.data() + r * H);
+      rms_norm(hidden_.data() + r * H, model_.weights.final_norm.data(), cfg_.rms_norm_eps, H,
+               normed_.data() + r * H);
     });
     if (logits == nullptr) return;
     const int64_t from = all_logits ? 0 : n - 1;
@@ -262,7 +271,8 @@ class CpuBackend final : public Backend {
   }
 
   // After run_layers over `tokens` [n]: their logits (as prefill's `logits`), and the head follows.
-  void finish_rows(const int32_t* tokens, int64_t n, float* logits, bool all_logits, MatmulPrecision precision) {
+  void finish_rows(const int32_t* tokens, int64_t n, float* logits, bool all_logits,
+                   MatmulPrecision precision) {
     if (logits == nullptr && head_ == nullptr) return;
     final_rows(n, head_ != nullptr, logits, all_logits, precision);
     follow_head(tokens, normed_.data(), n, precision);
@@ -294,7 +304,7 @@ class CpuBackend final : public Backend {
   int64_t max_context_;
   bool exact_;  // f32 activations in every matmul; else the fast paths per phase (matmul_parallel.h)
   CpuSequence seq_;
-  ScratchArena arena_;                         // per-layer temporaries
+  ScratchArena arena_;                             // per-layer temporaries
   AlignedBuffer<float> hidden_, normed_, branch_;  // [chunk, hidden]: residual stream and its branches
 
   // The last uncommitted step: its row count (0: none), tokens and final-normed hidden states.

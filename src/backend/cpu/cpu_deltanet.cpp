@@ -9,8 +9,8 @@
 
 namespace qwick {
 
-void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetState& state, const float* x, int64_t n,
-                      float* out, DeltaNetState* row_states) {
+void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetState& state, const float* x,
+                      int64_t n, float* out, DeltaNetState* row_states) {
   const ModelConfig& c = ctx.cfg;
   const int64_t H = c.hidden_size, C = c.conv_channels(), Vt = c.lin_v_total();
   const int64_t Hk = c.lin_n_k_heads, Hv = c.lin_n_v_heads, Dk = c.lin_k_dim, Dv = c.lin_v_dim;
@@ -40,7 +40,8 @@ void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetS
   constexpr int64_t kChannelBlock = 256;
   ctx.pool.parallel_for(static_cast<size_t>((C + kChannelBlock - 1) / kChannelBlock), [&](size_t i, int) {
     const int64_t c0 = static_cast<int64_t>(i) * kChannelBlock;
-    causal_conv_silu(qkv, n, C, w.conv.data(), c.conv_kernel, state.conv.data(), conv, c0, std::min(C, c0 + kChannelBlock));
+    causal_conv_silu(qkv, n, C, w.conv.data(), c.conv_kernel, state.conv.data(), conv, c0,
+                     std::min(C, c0 + kChannelBlock));
   });
 
   // Per row: L2-normalise q (then scale by Dk^-1/2) and k per key head; beta and decay per value head.
@@ -53,22 +54,31 @@ void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetS
       l2_norm(row + h * Dk, Dk, 1e-6f, q_scale);
       l2_norm(row + key_dim + h * Dk, Dk, 1e-6f, 1.0f);
     }
-    deltanet_gates(b + t * Hv, a + t * Hv, w.a_neg.data(), w.dt_bias.data(), Hv, beta + t * Hv, decay + t * Hv);
+    deltanet_gates(b + t * Hv, a + t * Hv, w.a_neg.data(), w.dt_bias.data(), Hv, beta + t * Hv,
+                   decay + t * Hv);
   });
 
   // The recurrence, one value head per task; value head h reads key head h / (Hv / Hk).
   float* o = ctx.arena.floats(static_cast<size_t>(n * Vt));
   ctx.pool.parallel_for(static_cast<size_t>(Hv), [&](size_t hv, int) {
     const int64_t h = static_cast<int64_t>(hv), kh = h / (Hv / Hk);
-    DeltaNetHeadScan scan{conv + kh * Dk, conv + key_dim + kh * Dk, C, conv + 2 * key_dim + h * Dv, C,
-                          decay + h,      beta + h,                 Hv, o + h * Dv,                 Vt};
+    DeltaNetHeadScan scan{conv + kh * Dk,
+                          conv + key_dim + kh * Dk,
+                          C,
+                          conv + 2 * key_dim + h * Dv,
+                          C,
+                          decay + h,
+                          beta + h,
+                          Hv,
+                          o + h * Dv,
+                          Vt};
     float* head_state = state.recurrent.data() + h * Dv * Dk;
     if (row_states == nullptr) {
       deltanet_scan_head(scan, n, Dk, Dv, head_state, ctx.ops);
       return;
     }
     for (int64_t t = 0; t < n; ++t) {  // row by row (the same arithmetic), keeping the state after each
-      const DeltaNetHeadScan row{scan.q + t * C,      scan.k + t * C,    C,  scan.v + t * C, C,
+      const DeltaNetHeadScan row{scan.q + t * C,      scan.k + t * C,     C,  scan.v + t * C,  C,
                                  scan.decay + t * Hv, scan.beta + t * Hv, Hv, scan.o + t * Vt, Vt};
       deltanet_scan_head(row, 1, Dk, Dv, head_state, ctx.ops);
       std::copy_n(head_state, Dv * Dk, row_states[t].recurrent.data() + h * Dv * Dk);

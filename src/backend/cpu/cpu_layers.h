@@ -26,16 +26,17 @@ struct CpuContext {
   MatmulPrecision precision;
 };
 
-inline MatmulProblem matmul_problem(const WeightMatrix& w, const float* x, size_t ldx, size_t n, float* y, size_t ldy) {
+inline MatmulProblem matmul_problem(const WeightMatrix& w, const float* x, size_t ldx, size_t n, float* y,
+                                    size_t ldy) {
   return MatmulProblem{&w, x, ldx, n, y, ldy};
 }
 
-void attention_forward(const CpuContext& ctx, const AttentionWeights& w, KvCache& cache, const float* x, int64_t n,
-                       int64_t pos0, float* out);
+void attention_forward(const CpuContext& ctx, const AttentionWeights& w, KvCache& cache, const float* x,
+                       int64_t n, int64_t pos0, float* out);
 // `row_states` (optional, n of them): the state after each row is also written there, for a
 // multi-row step whose caller keeps only a prefix of the rows (CpuSequence::row_states).
-void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetState& state, const float* x, int64_t n,
-                      float* out, DeltaNetState* row_states = nullptr);
+void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetState& state, const float* x,
+                      int64_t n, float* out, DeltaNetState* row_states = nullptr);
 void moe_forward(const CpuContext& ctx, const MoeWeights& w, const float* x, int64_t n, float* out);
 
 // The sequence state one decoder layer advances: `kv` for an attention layer, `deltanet` (and
@@ -49,7 +50,7 @@ struct LayerState {
 // One decoder layer over the residual rows hidden [n, hidden] at positions [pos0, pos0 + n), in
 // place: hidden += mixer(norm(hidden)), then hidden += moe(norm(hidden)). `normed` and `branch` are
 // [n, hidden] scratch; the arena is reset.
-void decoder_layer(const CpuContext& ctx, const LayerWeights& w, const LayerState& state, float* hidden, float* normed,
-                   float* branch, int64_t n, int64_t pos0);
+void decoder_layer(const CpuContext& ctx, const LayerWeights& w, const LayerState& state, float* hidden,
+                   float* normed, float* branch, int64_t n, int64_t pos0);
 
 }  // namespace qwick

@@ -40,7 +40,7 @@ void moe_forward(const CpuContext& ctx, const MoeWeights& w, const float* x, int
   std::fill_n(offset, E + 1, 0);
   for (int64_t i = 0; i < slots; ++i) ++offset[ids[i] + 1];
   for (int64_t e = 0; e < E; ++e) offset[e + 1] += offset[e];
-  int32_t* slot_row = ctx.arena.ints(static_cast<size_t>(slots));    // which input row fills each slot
+  int32_t* slot_row = ctx.arena.ints(static_cast<size_t>(slots));     // which input row fills each slot
   float* slot_weight = ctx.arena.floats(static_cast<size_t>(slots));  // its routing weight
   std::copy_n(offset, E, fill);
   for (int64_t i = 0; i < slots; ++i) {
@@ -80,13 +80,15 @@ void moe_forward(const CpuContext& ctx, const MoeWeights& w, const float* x, int
     for (int64_t j = 0; j < width; ++j) g[j] = silu(g[j]) * u[j];
   });
 
-  // down projections into per-slot rows, then out[row] = Σ weight · down + sigmoid(shared gate) · shared down.
+  // down projections into per-slot rows, then out[row] = Σ weight · down + sigmoid(shared gate) · shared
+  // down.
   float* down = ctx.arena.floats(static_cast<size_t>(slots * H));
   problems.clear();
   for (int64_t e = 0; e < E; ++e) {
     const int64_t s0 = offset[e], rows = offset[e + 1] - s0;
     if (rows == 0) continue;
-    problems.push_back(matmul_problem(w.experts[static_cast<size_t>(e)].down, gate + s0 * I, I, rows, down + s0 * H, H));
+    problems.push_back(
+        matmul_problem(w.experts[static_cast<size_t>(e)].down, gate + s0 * I, I, rows, down + s0 * H, H));
   }
   problems.push_back(matmul_problem(w.shared.down, sgate, S, n, out, H));
   matmul_batch(problems, ctx.pool, ctx.precision);

@@ -125,7 +125,8 @@ void CpuSequence::keep_row(int64_t row) {
   for (size_t i = 0; i < deltanet.size(); ++i) {
     const DeltaNetState& kept = row_states[i][static_cast<size_t>(row)];
     std::memcpy(deltanet[i].conv.data(), kept.conv.data(), deltanet[i].conv.size() * sizeof(float));
-    std::memcpy(deltanet[i].recurrent.data(), kept.recurrent.data(), deltanet[i].recurrent.size() * sizeof(float));
+    std::memcpy(deltanet[i].recurrent.data(), kept.recurrent.data(),
+                deltanet[i].recurrent.size() * sizeof(float));
   }
 }
 

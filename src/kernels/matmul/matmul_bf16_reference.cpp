@@ -10,8 +10,8 @@ void convert_rows_bf16_reference(const float* x, size_t ldx, size_t n, int64_t c
     for (int64_t c = 0; c < stride; ++c) out[t * stride + c] = c < cols ? f32_to_bf16(x[t * ldx + c]) : 0;
 }
 
-void matmul_rows_bf16_reference(const MatmulProblem& p, const uint16_t* xb, int64_t row_begin, int64_t row_end,
-                                float* scratch) {
+void matmul_rows_bf16_reference(const MatmulProblem& p, const uint16_t* xb, int64_t row_begin,
+                                int64_t row_end, float* scratch) {
   const int64_t K = p.w->cols, stride = bf16_row_stride(K);
   for (int64_t r = row_begin; r < row_end; ++r) {
     dequantize_row(*p.w, r, scratch);

@@ -87,7 +87,8 @@ void matmul_batch(std::span<const MatmulProblem> problems, ThreadPool& pool, Mat
           rows.push_back(p);
           continue;
         }
-        for (size_t r = 0; r < p.n; ++r) rows.push_back(MatmulProblem{p.w, p.x + r * p.ldx, p.ldx, 1, p.y + r * p.ldy, p.ldy});
+        for (size_t r = 0; r < p.n; ++r)
+          rows.push_back(MatmulProblem{p.w, p.x + r * p.ldx, p.ldx, 1, p.y + r * p.ldy, p.ldy});
       }
       matmul_batch(rows, pool, precision);
       return;

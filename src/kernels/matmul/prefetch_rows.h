@@ -1,6 +1,7 @@
 // Software prefetch of weight rows for the x86 matmul kernels (matmul_i8_*, matmul_avx2/avx512.cpp):
 // they request the next group of rows while computing the current one. The hardware prefetcher alone
-// left int8-activation decode at ~28 GB/s on the 2-core Zen 5 machine; with this, ~34-39 GB/s (docs/performance.md).
+// left int8-activation decode at ~28 GB/s on the 2-core Zen 5 machine; with this, ~34-39 GB/s
+// (docs/performance.md).
 #pragma once
 
 #include <cstddef>

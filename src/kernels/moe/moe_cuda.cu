@@ -53,8 +53,8 @@ __device__ __forceinline__ int32_t block_inclusive_scan(int32_t v, int32_t* tota
 // expert from counts[e] (a global atomic, so the order inside a group is arbitrary; the combine reads the
 // pairs back in a fixed order), kept in slot_of until place_kernel turns it into the slot. The last block to
 // finish turns the counts into offsets and the tile list (full tiles of tile_rows slots, the last holding the
-// rest) and zeroes them for the next grouping. (Counting in one block of its own put that block's launch at ~12 µs of
-// the routing chain of every MoE layer in a 4K timeline.)
+// rest) and zeroes them for the next grouping. (Counting in one block of its own put that block's launch at
+// ~12 µs of the routing chain of every MoE layer in a 4K timeline.)
 __device__ __forceinline__ void rank_pair(const MoeGrouping& g, int64_t pair, int32_t expert) {
   g.slot_of[pair] = atomicAdd(&g.counts[expert], 1);
 }

@@ -1,8 +1,9 @@
 // Vector primitives for the attention and DeltaNet kernels: dot products and scaled adds over f32
 // and bf16 (the KV cache) operands, and the two halves of grouped-query attention over a bf16 cache.
 //
-// Variants: reference (plain loops, the ground truth), AVX2+FMA, AVX-512; tests/unit/kernels_test.cpp (VectorOps.*)
-// compares each against the reference at odd lengths. This header is plain: SIMD units include it.
+// Variants: reference (plain loops, the ground truth), AVX2+FMA, AVX-512; tests/unit/kernels_test.cpp
+// (VectorOps.*) compares each against the reference at odd lengths. This header is plain: SIMD units include
+// it.
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,8 @@
 namespace qwick {
 
 const VectorOps& vector_ops(SimdLevel level);
-inline const VectorOps& active_vector_ops() { return vector_ops(active_simd_level()); }
+inline const VectorOps& active_vector_ops() {
+  return vector_ops(active_simd_level());
+}
 
 }  // namespace qwick
