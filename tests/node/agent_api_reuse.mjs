@@ -11,7 +11,9 @@ import { parseArgs } from "./common.mjs";
 const args = parseArgs();
 const t = checker("agent_api_reuse");
 const model = tinyModel(args.qwick, args.scratch);
-const server = await startServer(args.qwick, ["serve", "-m", model, "-c", "2048", "-t", "1", "--exact"]);
+// Every prefix is worth a snapshot here (the tiny model's turns are shorter than the default minimum).
+const server = await startServer(args.qwick, ["serve", "-m", model, "-c", "2048", "-t", "1", "--exact",
+  "--cache-min-tokens", "0"]);
 const questions = ["What is the capital of France?", "And of Italy?", "Which one is older?"];
 
 await t.section("Messages: cache_read_input_tokens from the second turn on", async () => {
