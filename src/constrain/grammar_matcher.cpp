@@ -33,6 +33,7 @@ bool partial_range(const GrammarMatcher::Utf8Partial& u, char32_t& lo, char32_t&
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, MatcherLimits limits)
     : grammar_(std::move(grammar)), limits_(limits) {
   const Grammar& g = *grammar_;
+  begin_set();
   for (uint32_t alt : g.rules[g.root]) expand(alt, -1, 0);
   current_ = {0, static_cast<uint32_t>(stacks_.size()), {}};
 }
@@ -70,7 +71,18 @@ void GrammarMatcher::add_stack(int32_t frame, size_t set_begin) {
   stacks_.push_back(frame);
 }
 
+void GrammarMatcher::begin_set() {
+  if (++epoch_ == 0) {  // wrapped: old marks could match again
+    std::fill(popped_.begin(), popped_.end(), 0u);
+    epoch_ = 1;
+  }
+  work_ = 0;
+}
+
 void GrammarMatcher::expand(uint32_t elem, int32_t parent, size_t set_begin) {
+  if (++work_ > limits_.max_stacks * limits_.work_per_stack)
+    fail("the grammar is too ambiguous: more than {} expansion steps for one byte",
+         limits_.max_stacks * limits_.work_per_stack);
   const Grammar& g = *grammar_;
   const GrammarElement& e = g.elements[elem];
   switch (e.kind) {
@@ -78,7 +90,13 @@ void GrammarMatcher::expand(uint32_t elem, int32_t parent, size_t set_begin) {
       if (parent < 0) {
         add_stack(-1, set_begin);
       } else {
-        const Frame f = frames_[static_cast<size_t>(parent)];
+        // Expanding "continue after frame `parent`" depends on nothing else, so a second path
+        // that ends the same frame in this set finds its stacks already there.
+        const auto id = static_cast<size_t>(parent);
+        if (popped_.size() <= id) popped_.resize(frames_.size(), 0u);
+        if (popped_[id] == epoch_) return;
+        popped_[id] = epoch_;
+        const Frame f = frames_[id];
         expand(f.elem, f.parent, set_begin);
       }
       return;
@@ -141,6 +159,7 @@ std::optional<GrammarMatcher::Position> GrammarMatcher::step(const Position& fro
   if (!partial_range(u, lo, hi) || !any_accepts(from, lo, hi)) return std::nullopt;
   if (u.need > 0) return Position{from.begin, from.end, u};  // same stacks, one more byte held
   const size_t begin = stacks_.size();
+  begin_set();
   advance(from, u.bits, begin);
   if (stacks_.size() == begin) return std::nullopt;
   return Position{static_cast<uint32_t>(begin), static_cast<uint32_t>(stacks_.size()), {}};

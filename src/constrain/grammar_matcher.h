@@ -36,6 +36,10 @@ namespace qwick {
 struct MatcherLimits {
   uint32_t max_depth = 1024;
   size_t max_stacks = 4096;
+  // Expansion steps allowed for one position's set of stacks, in units of max_stacks: a grammar
+  // whose empty alternatives chain without end (`(| x){33}`) could otherwise take exponential time
+  // to reach the few stacks it has.
+  size_t work_per_stack = 64;
 };
 
 class GrammarMatcher {
@@ -87,6 +91,8 @@ class GrammarMatcher {
   // Pushes the normalized stacks of "continue at elem, then parent" onto stacks_ (from `set_begin`
   // on, merging duplicates).
   void expand(uint32_t elem, int32_t parent, size_t set_begin);
+  // Starts a new set of stacks: forgets which frames were popped and resets the work count.
+  void begin_set();
   void add_stack(int32_t frame, size_t set_begin);
   int32_t new_frame(uint32_t elem, int32_t parent);
   bool same_stack(int32_t a, int32_t b) const;
@@ -100,6 +106,11 @@ class GrammarMatcher {
   std::vector<Frame> frames_;
   std::vector<int32_t> stacks_;  // frame ids of positions' sets, -1 = the complete stack
   Position current_;
+  // Per set: popped_[f] == epoch_ once frame f was popped (popping it again would add nothing), and
+  // the expansion steps taken.
+  std::vector<uint32_t> popped_;
+  uint32_t epoch_ = 0;
+  size_t work_ = 0;
 };
 
 }  // namespace qwick

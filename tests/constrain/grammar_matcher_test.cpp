@@ -92,5 +92,28 @@ TEST(GrammarMatcher, TooManyLiveParsesIsAnError) {
                Error);
 }
 
+TEST(GrammarMatcher, ChainedEmptyAlternativesStayCheap) {
+  // 40 optional groups: 2^40 ways to skip them, one set of stacks. Without merging the frames that
+  // end on each path this would not finish.
+  GrammarMatcher m(gbnf("root ::= (| x){40} \"z\"\nx ::= \"a\"*"));
+  EXPECT_TRUE(m.accept("aaa"));
+  EXPECT_TRUE(m.accept("z"));
+  EXPECT_TRUE(m.accepting(m.current()));
+  GrammarMatcher fresh(gbnf("root ::= (| x){40} \"z\"\nx ::= \"a\"*"));
+  EXPECT_TRUE(fresh.accept("z"));
+  EXPECT_FALSE(fresh.accept("a"));
+}
+
+TEST(GrammarMatcher, ExpansionWorkIsBounded) {
+  MatcherLimits limits;
+  limits.max_stacks = 4;
+  limits.work_per_stack = 2;  // 8 expansion steps for a set
+  EXPECT_THROW(GrammarMatcher(gbnf("root ::= a\na ::= b\nb ::= c\nc ::= d\nd ::= e\ne ::= f\n"
+                                   "f ::= g\ng ::= h\nh ::= \"x\""),
+                              limits),
+               Error);
+  EXPECT_NO_THROW(GrammarMatcher(gbnf("root ::= a\na ::= \"x\""), limits));
+}
+
 }  // namespace
 }  // namespace qwick
