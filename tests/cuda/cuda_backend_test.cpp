@@ -1,7 +1,8 @@
 // The CUDA backend end to end: the transformers fixtures (tests/fixtures/reference) in every layout,
 // agreement with the CPU backend, decode through the captured graph == decode without it, prefill
 // then decode == one longer prefill, any chunk size gives the same logits, device sampling and its
-// seeded draws, a step launched ahead and dropped, reset and bad input. Skipped without a GPU.
+// seeded draws, a step launched ahead and dropped. Skipped without a GPU. Snapshots, reset and bad
+// input: tests/unit/backend_contract_test.cpp, on every device.
 //
 // Tolerances: prefill runs bf16 activations into the tensor cores (decode keeps f32). How far that
 // alone moves each fixture was measured by running the CPU backend with every matmul input rounded
@@ -453,69 +454,14 @@ TEST(CudaBackend, StepAheadIsDroppedWhenNotWanted) {
   sample(3, 1, {});
 }
 
-TEST(CudaBackend, SnapshotRestoreContinuesExactly) {
-  QWICK_REQUIRE_GPU();
-  const auto model = load_model(test::fixture("small/mlx4"));
-  for (const KvDtype kv : {KvDtype::kBF16, KvDtype::kQ8}) {
-    SCOPED_TRACE(kv == KvDtype::kQ8 ? "q8 cache" : "bf16 cache");
-    BackendOptions opt;
-    opt.max_context = 512;
-    opt.kv_dtype = kv;
-    auto backend = make_backend("cuda", *model, opt);
-    const int64_t V = model->config.vocab_size;
-    const std::vector<int32_t> tokens =
-        read_i32_tensor(test::fixture("small/reference.safetensors").string(), "tokens");
-    const std::vector<int32_t> head(tokens.begin(), tokens.begin() + 40),
-        tail(tokens.begin() + 40, tokens.begin() + 60);
-    std::vector<float> expected(static_cast<size_t>(V)), got(static_cast<size_t>(V)),
-        scratch(static_cast<size_t>(V));
-    backend->prefill(head, scratch, {});
-    const auto snap = backend->snapshot();
-    EXPECT_EQ(snap->position(), 40);
-    backend->prefill(tail, scratch, {});
-    backend->decode(tokens[60], expected);
-    backend->reset();
-    backend->prefill(std::vector<int32_t>(70, 7), scratch, {});
-    backend->decode(3, scratch);  // the graph now holds another sequence's position
-    backend->restore(*snap);
-    EXPECT_EQ(backend->position(), 40);
-    backend->prefill(tail, scratch, {});
-    backend->decode(tokens[60], got);
-    EXPECT_EQ(got, expected);
-    auto other = make_backend("cuda", *model, opt);
-    EXPECT_THROW(other->restore(*snap), Error);
-  }
-}
-
-TEST(CudaBackend, ResetAndBadInputLeaveAConsistentState) {
+// Snapshots, reset and bad input: tests/unit/backend_contract_test.cpp, on every device. The CUDA
+// backend keeps no f32 cache.
+TEST(CudaBackend, F32CacheIsRefused) {
   QWICK_REQUIRE_GPU();
   const auto model = load_model(test::fixture("tiny/mlx4"));
   BackendOptions opt;
-  opt.max_context = 10;
-  auto backend = make_backend("cuda", *model, opt);
-  const int64_t V = model->config.vocab_size;
-  std::vector<float> a(static_cast<size_t>(V)), b(static_cast<size_t>(V)), c(static_cast<size_t>(V)),
-      d(static_cast<size_t>(V));
-  const std::vector<int32_t> prompt = {1, 2, 3, 4};
-  backend->prefill(prompt, a, {});
-  backend->decode(9, c);
-  EXPECT_EQ(backend->position(), 5);
-  EXPECT_THROW(backend->prefill(std::vector<int32_t>{5, 512}, b, {}), Error);  // 512 >= vocab
-  EXPECT_THROW(backend->prefill(std::vector<int32_t>(6, 1), b, {}), Error);    // 5 + 6 > 10
-  EXPECT_THROW(backend->decode(-1, b), Error);
-  EXPECT_EQ(backend->position(), 5);
-  backend->reset();
-  backend->prefill(prompt, b, {});
-  backend->decode(9, d);
-  EXPECT_EQ(a, b);
-  EXPECT_EQ(c, d);
-  EXPECT_THROW(make_backend("cuda", *model,
-                            [] {
-                              BackendOptions o;
-                              o.kv_dtype = KvDtype::kF32;
-                              return o;
-                            }()),
-               Error);
+  opt.kv_dtype = KvDtype::kF32;
+  EXPECT_THROW(make_backend("cuda", *model, opt), Error);
 }
 
 }  // namespace

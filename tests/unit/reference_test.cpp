@@ -263,56 +263,5 @@ TEST(Backend, EverySimdLevelPassesTheFixture) {
   set_active_simd_level(saved);
 }
 
-// In both stored types (q8's snapshot carries its scales: the run in between overwrites them).
-TEST(Backend, SnapshotRestoreContinuesExactly) {
-  const Fixture fx("small");
-  const auto model = load_model(test::fixture("small/mlx4"));
-  for (KvDtype kv : {KvDtype::kBF16, KvDtype::kQ8}) {
-    SCOPED_TRACE(static_cast<int>(kv));
-    BackendOptions opt;
-    opt.threads = 2;
-    opt.kv_dtype = kv;
-    auto backend = make_cpu_backend(*model, opt);
-    const int64_t V = model->config.vocab_size;
-    const std::vector<int32_t> head(fx.tokens.begin(), fx.tokens.begin() + 40);
-    const std::vector<int32_t> tail(fx.tokens.begin() + 40, fx.tokens.begin() + 60);
-    std::vector<float> expected(static_cast<size_t>(V)), got(static_cast<size_t>(V)),
-        scratch(static_cast<size_t>(V));
-    backend->prefill(head, scratch, {});
-    const auto snap = backend->snapshot();
-    EXPECT_EQ(snap->position(), 40);
-    EXPECT_GT(snap->bytes(), 0u);
-    backend->prefill(tail, expected, {});
-    // Something else entirely, then back to the snapshot.
-    backend->reset();
-    backend->prefill(std::vector<int32_t>(70, 7), scratch, {});
-    backend->restore(*snap);
-    EXPECT_EQ(backend->position(), 40);
-    backend->prefill(tail, got, {});
-    EXPECT_EQ(got, expected);
-    auto other = make_cpu_backend(*model, opt);
-    EXPECT_THROW(other->restore(*snap), Error);
-  }
-}
-
-TEST(Backend, ResetAndBadInputLeaveAConsistentState) {
-  const auto model = load_model(test::fixture("tiny/mlx4"));
-  BackendOptions opt;
-  opt.max_context = 10;
-  auto backend = make_cpu_backend(*model, opt);
-  const int64_t V = model->config.vocab_size;
-  std::vector<float> a(static_cast<size_t>(V)), b(static_cast<size_t>(V));
-  const std::vector<int32_t> prompt = {1, 2, 3, 4};
-  backend->prefill(prompt, a, {});
-  EXPECT_EQ(backend->position(), 4);
-  EXPECT_THROW(backend->prefill(std::vector<int32_t>{5, 512}, b, {}), Error);  // 512 >= vocab
-  EXPECT_THROW(backend->prefill(std::vector<int32_t>(7, 1), b, {}), Error);    // 4 + 7 > 10
-  EXPECT_THROW(backend->decode(-1, b), Error);
-  EXPECT_EQ(backend->position(), 4);
-  backend->reset();
-  backend->prefill(prompt, b, {});
-  EXPECT_EQ(a, b);
-}
-
 }  // namespace
 }  // namespace qwick
