@@ -1,7 +1,7 @@
-// The boundary between the runtime and a device: one sequence, two explicit forward entry points.
+// The boundary between the runtime and a device: sequences, two explicit forward entry points.
 //
 // A backend is chosen once at load (make_backend: "cpu", or "cuda" where built). It owns the sequence
-// state of one conversation (attention KV cache, DeltaNet conv and recurrent states) and advances it:
+// state of its conversations (attention KV rows, DeltaNet conv and recurrent states) and advances it:
 //   prefill(tokens)  many rows at once, in bounded chunks (matrix-shaped work)
 //   decode(token)    one row (bandwidth-shaped work)
 // Both append to the same sequence, so "prefill N, then decode k" equals "prefill N + k".
@@ -14,9 +14,22 @@
 // draft is the case of R consecutive positions of the one sequence: the backend keeps the DeltaNet
 // state after every row, so commit(n) continues from any accepted prefix; attention rows of the
 // rejected positions stay in the cache and are overwritten when those positions are decoded again.
-// Continuous batching is the case of rows of several sequences, one position each (commit then
-// keeps every row); it needs the backend to hold several sequences, which no backend does yet,
-// so today every row must name sequence 0.
+// Continuous batching is the case of rows of several sequences (commit then keeps every row).
+//
+// Sequences. A backend holds max_sequences() sequences (BackendOptions::sequences; the CUDA backend
+// holds one), numbered 0 .. max_sequences() - 1, each with its own DeltaNet states. Their attention KV
+// rows share one pool: a sequence takes room as it grows and gives it back when reset, so one long
+// conversation and several short ones fit where as many long ones would not. Any sequences whose
+// lengths add up to at most max_context() fit; each is also at most max_context() long. A call that
+// would overfill the pool throws Error and changes nothing. The calls that name no
+// sequence (reset, position, prefill, decode, snapshot, restore, the MTP head) address sequence 0;
+// the *_sequence calls address any:
+//   reset_sequence(s)              empties s and returns its KV room to the pool
+//   sequence_position(s)           tokens in s so far
+//   prefill_sequence(s, tokens..)  prefill into s
+//   snapshot_sequence(s)           a snapshot of s, restorable into any sequence of the backend
+//   restore_sequence(s, snapshot)
+// and step() takes rows of any of them, which is how several sequences decode together.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +62,10 @@ struct BackendOptions {
   // Run the model's MTP head beside the main model (Backend::has_draft_head): its cache fills while
   // the sequence advances, one extra layer a token. Error when the model has no head.
   bool mtp = false;
+  // Sequences held at once (Backend::max_sequences), their KV rows sharing the max_context pool. The
+  // CUDA backend holds one; the CPU backend any number, but one with `mtp` (the head follows a single
+  // sequence).
+  int sequences = 1;
 };
 
 // Bytes a backend holds on its device (all 0 for the CPU backend).
@@ -84,7 +101,7 @@ class SequenceSnapshot {
 // One row of a multi-row decode step (Backend::step).
 struct StepRow {
   int32_t token = 0;
-  int32_t sequence = 0;  // which of the backend's sequences; only 0 exists today
+  int32_t sequence = 0;  // which of the backend's sequences (0 .. max_sequences() - 1)
   int64_t position = 0;  // the token's position in that sequence
 };
 
@@ -125,19 +142,48 @@ class Backend {
   }
   virtual BackendMemory memory() const { return {}; }
 
+  // --- Several sequences (see the top of this file). A backend of one sequence keeps these
+  // defaults, which address sequence 0 through the calls above and reject any other. ---
+
+  virtual int max_sequences() const { return 1; }
+  virtual void reset_sequence(int sequence) {
+    check_sequence(sequence);
+    reset();
+  }
+  virtual int64_t sequence_position(int sequence) const {
+    check_sequence(sequence);
+    return position();
+  }
+  virtual void prefill_sequence(int sequence, std::span<const int32_t> tokens, std::span<float> logits,
+                                const PrefillOptions& options) {
+    check_sequence(sequence);
+    prefill(tokens, logits, options);
+  }
+  virtual std::unique_ptr<SequenceSnapshot> snapshot_sequence(int sequence) const {
+    check_sequence(sequence);
+    return snapshot();
+  }
+  virtual void restore_sequence(int sequence, const SequenceSnapshot& snapshot) {
+    check_sequence(sequence);
+    restore(snapshot);
+  }
+
   // --- Speculative decoding (see the top of this file). A backend without it keeps these
   // defaults: max_step_rows() 0 and has_draft_head() false, and the calls throw Error. ---
 
   // The most rows step() takes; 0 when the backend has no multi-row step.
   virtual int max_step_rows() const { return 0; }
-  // Decodes `rows` in one pass and writes each row's logits ([rows, vocab]). The rows must be the
-  // consecutive positions position(), position() + 1, ... of sequence 0. Nothing is committed:
-  // position() stays, and until commit() the only other calls allowed are reset() and restore().
+  // Decodes `rows` in one pass and writes each row's logits ([rows, vocab]). Each sequence's rows
+  // must be adjacent in `rows` and at its consecutive positions from sequence_position(s) on.
+  // Nothing is committed: the positions stay, and until commit() the only other calls allowed are
+  // reset() and restore() (of any sequence). Throws Error, changing nothing, when the KV pool cannot
+  // hold the rows.
   virtual void step(std::span<const StepRow> /*rows*/, std::span<float> /*logits*/) {
     unsupported("a multi-row step");
   }
-  // Keeps the first n (1 <= n <= rows) rows of the last step: position() advances by n and the
-  // state is the one after row n - 1, as if only those n tokens had been decoded.
+  // Keeps the first n (1 <= n <= rows) rows of the last step: each sequence's position advances by
+  // its rows among them and its state is the one after its last kept row, as if only those tokens
+  // had been decoded. A step of several sequences is committed whole (n = rows).
   virtual void commit(int64_t /*n*/) { unsupported("a multi-row step"); }
 
   // Whether the MTP head runs (BackendOptions::mtp with a model that has one). It follows the
@@ -153,6 +199,9 @@ class Backend {
  private:
   [[noreturn]] void unsupported(const char* what) const {
     fail("the {} backend does not run {}", name(), what);
+  }
+  void check_sequence(int sequence) const {
+    if (sequence != 0) fail("sequence {}: the {} backend holds only sequence 0", sequence, name());
   }
 };
 

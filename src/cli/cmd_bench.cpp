@@ -9,6 +9,8 @@
 //                  context) / time per token
 //   ppN / tgN      prefill N tokens from empty; N greedy decode steps from empty; mean ± sd
 //   --stages       one more prefill per length with the backend's per-stage device times (CUDA)
+//   --parallel     instead of the tables: N sequences decoding together, aggregate tokens/s
+//                  (bench_parallel.h)
 // Also prints the device's measured copy bandwidth and the backend's peak device memory, and writes
 // --json and --plot (PNG) files.
 #include <algorithm>
@@ -25,6 +27,7 @@
 
 #include "cli/args.h"
 #include "cli/bench_cost.h"
+#include "cli/bench_parallel.h"
 #include "cli/bench_speculation.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
@@ -129,12 +132,43 @@ class Runner {
   int32_t next_ = 0;
 };
 
+// qwick bench --parallel: opens the backend with room for every count's sequences.
+int run_parallel_bench(EngineOptions engine, const std::string& counts_text, int64_t context, int64_t tokens,
+                       int64_t reps, int64_t chunk, const std::string& json_path) {
+  ParallelBench spec;
+  std::stringstream in(counts_text);
+  for (std::string item; std::getline(in, item, ',');)
+    spec.counts.push_back(static_cast<int>(parse_int(item, "--parallel")));
+  if (context < 1 || tokens < 1 || reps < 1 || chunk < 1)
+    fail("bench --parallel: the context, steps, runs and chunk must be positive");
+  spec.context = context;
+  spec.tokens = tokens;
+  spec.reps = reps;
+  spec.chunk = chunk;
+  if (spec.counts.empty()) fail("bench --parallel: counts must be positive");
+  engine.sequences = parallel_bench_sequences(spec);
+  engine.spec_draft = 0;  // the MTP head follows a single sequence
+  if (engine.ctx_size == 0) engine.ctx_size = engine.sequences * (context + (reps + 1) * tokens);
+  Engine e = open_engine(engine);
+  std::printf("device %s, %lld-token prompts, %lld steps a run, median of %lld runs\n\n",
+              e.backend->name().c_str(), static_cast<long long>(context), static_cast<long long>(tokens),
+              static_cast<long long>(reps));
+  const nlohmann::json j = bench_parallel(*e.backend, e.model->config.vocab_size, spec);
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << nlohmann::json{{"device", e.backend->name()}, {"parallel", j}}.dump(2) << "\n";
+    if (!out) fail("{}: cannot write", json_path);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
   EngineOptions engine;
   std::string lengths_text = "256,512,1K,2K,4K,8K,16K,32K,64K,128K", json_path, plot_path;
-  std::string accuracy_text, depths_text = "1,2,3,4";
+  std::string accuracy_text, depths_text = "1,2,3,4", parallel_text;
+  int64_t parallel_context = 256;
   int64_t spec_tokens = 64;
   int64_t prefill_reps = 3, decode_reps = 3, decode_tokens = 32, chunk = 4096, pp = 512, tg = 128,
           table_reps = 5;
@@ -166,7 +200,15 @@ int cmd_bench(int argc, char** argv) {
       &accuracy_text);
   p.option({"--spec-depths"}, "LIST", "with --draft-accuracy: drafts a step, comma separated", &depths_text);
   p.option({"--spec-tokens"}, "N", "with --draft-accuracy: tokens generated a run", &spec_tokens);
+  p.option({"--parallel"}, "LIST",
+           "instead of the tables: aggregate decode tokens/s of this many sequences stepped together, comma "
+           "separated (e.g. 1,2,4,8; --decode-tokens steps a run, --decode-reps runs); see bench_parallel.h",
+           &parallel_text);
+  p.option({"--parallel-context"}, "N", "with --parallel: prompt tokens of each sequence", &parallel_context);
   if (!p.parse(argc, argv)) return 0;
+  if (!parallel_text.empty())
+    return run_parallel_bench(engine, parallel_text, parallel_context, decode_tokens, decode_reps, chunk,
+                              json_path);
   const std::vector<int64_t> lengths = parse_lengths(lengths_text);
   if (!accuracy_text.empty()) {
     SpeculationBench spec;

@@ -47,6 +47,7 @@ BackendOptions EngineOptions::backend_options() const {
   b.max_context = ctx_size;
   b.exact = exact;
   b.cuda_off = cuda_off;
+  b.sequences = sequences;
   if (kv_type == "bf16")
     b.kv_dtype = KvDtype::kBF16;
   else if (kv_type == "f32")

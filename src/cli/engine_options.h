@@ -21,6 +21,7 @@ struct EngineOptions {
   bool exact = false;
   std::string cuda_off;  // BackendOptions::cuda_off
   int spec_draft = -1;   // speculative drafts a step; < 0: kDefaultDraft where there is a head
+  int sequences = 1;     // BackendOptions::sequences (set by the commands that run several)
 
   static constexpr int kDefaultDraft = 2;
 

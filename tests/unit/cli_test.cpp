@@ -99,6 +99,9 @@ TEST(Cli, BadInputIsAClearErrorAndNonZeroExit) {
       {"run --bogus", "unknown option \"--bogus\""},
       {"info", "missing argument MODEL_DIR"},
       {"make-model --preset huge /tmp/x", "unknown preset \"huge\""},
+      {"bench -m " + tiny + " --parallel 2,0", "counts must be positive"},
+      {"bench -m " + tiny + " --parallel 1,x", "expected an integer"},
+      {"bench -m " + tiny + " --parallel 2 --parallel-context 0", "must be positive"},
       {"nonsense", "unknown command"},
   };
   for (const auto& c : cases) {
@@ -106,6 +109,18 @@ TEST(Cli, BadInputIsAClearErrorAndNonZeroExit) {
     EXPECT_NE(test::run_qwick(c.args, &out), 0) << c.args;
     EXPECT_NE(out.find(c.expect), std::string::npos) << c.args << "\n" << out;
   }
+}
+
+TEST(Cli, BenchParallelPrintsARowPerCount) {
+  std::string out;
+  ASSERT_EQ(
+      test::run_qwick("bench -m " + test::fixture("tiny/hf").string() +
+                          " -t 2 --parallel 1,3 --parallel-context 20 --decode-tokens 2 --decode-reps 1",
+                      &out),
+      0)
+      << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\|\s+1 \|[^\n]*\|\s+1\.00x \|)"))) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\|\s+3 \|\s+[0-9.]+ \|\s+[0-9.]+ \|)"))) << out;
 }
 
 TEST(Cli, InfoSummarisesTheModel) {

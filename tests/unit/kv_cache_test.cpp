@@ -1,12 +1,15 @@
 // The CPU backend's KV cache in every type: what write stores is what head() shows (rounded to the
-// type: bf16, or kv_q8.h's bytes and row scale), growing keeps the rows, and save / load round-trip
-// into a cache of another capacity (how a prompt-cache snapshot is restored).
+// type: bf16, or kv_q8.h's bytes and row scale), growing keeps the rows, save / load round-trip
+// into a cache of another capacity (how a prompt-cache snapshot is restored), and gather shows runs
+// of rows as one view. The block pool over it: lowest blocks first, all or none, runs of a table.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/cpu_kv_pool.h"
 #include "backend/cpu/cpu_state.h"
+#include "core/error.h"
 #include "core/numeric.h"
 #include "kernels/attention/kv_q8.h"
 #include "test_util.h"
@@ -108,6 +111,67 @@ TEST(KvCache, SaveThenLoadIntoAnotherCapacity) {
         EXPECT_EQ(stored(loaded, h, n, values), stored(saved, h, n, values)) << h;
     EXPECT_EQ(loaded.save(n), bytes);
   }
+}
+
+TEST(KvCache, GatherShowsRunsOfRowsAsOneView) {
+  for (KvDtype dtype : {KvDtype::kBF16, KvDtype::kF32, KvDtype::kQ8}) {
+    KvCache cache(dtype, kHeads, kHeadDim);
+    cache.reserve(6, 6);
+    write_rows(cache, 0, 6);
+    const std::vector<KvRowRun> runs = {{4, 2}, {0, 3}};  // rows 4, 5, 0, 1, 2
+    std::vector<uint8_t> storage(cache.gather_bytes(5) + 64);
+    auto* dst = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(storage.data()) + 63) / 64 * 64);
+    for (int h = 0; h < kHeads; ++h) {
+      const KvHeadView view = cache.gather(h, runs, dst);
+      for (bool values : {false, true}) {
+        const std::vector<float> all = stored(cache, h, 6, values);
+        std::vector<float> want;
+        for (int64_t r : {4, 5, 0, 1, 2})
+          want.insert(want.end(), all.begin() + r * kHeadDim, all.begin() + (r + 1) * kHeadDim);
+        const void* rows = values ? view.v : view.k;
+        const float* scales = values ? view.v_scale : view.k_scale;
+        for (size_t i = 0; i < want.size(); ++i) {
+          const float got = dtype == KvDtype::kF32 ? static_cast<const float*>(rows)[i]
+                            : dtype == KvDtype::kBF16
+                                ? bf16_to_f32(static_cast<const uint16_t*>(rows)[i])
+                                : kv_q8_value(static_cast<const uint8_t*>(rows)[i], scales[i / kHeadDim]);
+          ASSERT_EQ(got, want[i]) << h << " " << values << " " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(KvBlockPool, LowestBlocksFirstAllOrNone) {
+  ModelConfig cfg;
+  cfg.layers = {LayerKind::kDeltaNet, LayerKind::kAttention};
+  cfg.n_kv_heads = 1;
+  cfg.head_dim = 8;
+  KvBlockPool pool(cfg, KvDtype::kBF16, 200, 2);  // 4 blocks for 200 positions, 1 for the second sequence
+  ASSERT_EQ(pool.blocks(), 5);
+  std::vector<int32_t> a, b, c;
+  pool.grow(a, 100);
+  pool.grow(b, 10);
+  pool.grow(a, 130);
+  EXPECT_EQ(a, (std::vector<int32_t>{0, 1, 3}));
+  EXPECT_EQ(b, (std::vector<int32_t>{2}));
+  const std::vector<KvRowRun> runs = kv_row_runs(a, 130);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].row, 0);
+  EXPECT_EQ(runs[0].count, 128);
+  EXPECT_EQ(runs[1].row, 3 * kKvBlockRows);
+  EXPECT_EQ(runs[1].count, 2);
+  EXPECT_EQ(KvRows({nullptr, a}).row(129), 3 * kKvBlockRows + 1);
+  pool.shrink(b, 0);
+  EXPECT_EQ(pool.free_blocks(), 2);
+  EXPECT_THROW(pool.grow(c, 3 * kKvBlockRows), Error);  // 3 needed, 2 free: none taken
+  EXPECT_TRUE(c.empty());
+  EXPECT_EQ(pool.free_blocks(), 2);
+  pool.grow(c, 2 * kKvBlockRows);
+  EXPECT_EQ(c, (std::vector<int32_t>{2, 4}));
+  pool.shrink(a, 64);
+  EXPECT_EQ(a, (std::vector<int32_t>{0}));
+  EXPECT_EQ(pool.free_blocks(), 2);
 }
 
 }  // namespace

@@ -5,8 +5,8 @@
 
 namespace qwick {
 
-void decoder_layer(const CpuContext& ctx, const LayerWeights& w, const LayerState& state, float* hidden,
-                   float* normed, float* branch, int64_t n, int64_t pos0) {
+void decoder_layer(const CpuContext& ctx, const LayerWeights& w, std::span<const SequenceRows> seqs,
+                   float* hidden, float* normed, float* branch, int64_t n) {
   const int64_t H = ctx.cfg.hidden_size;
   auto norm_rows = [&](const std::vector<float>& weight) {
     ctx.pool.parallel_for(static_cast<size_t>(n), [&](size_t t, int) {
@@ -24,12 +24,13 @@ void decoder_layer(const CpuContext& ctx, const LayerWeights& w, const LayerStat
   norm_rows(w.input_norm);
   ctx.arena.reset();  // layer temporaries live until the branch is added
   if (const auto* att = std::get_if<AttentionWeights>(&w.mixer)) {
-    if (state.kv == nullptr) fail("decoder_layer: an attention layer without a KV cache");
-    attention_forward(ctx, *att, *state.kv, normed, n, pos0, branch);
+    for (const SequenceRows& s : seqs)
+      if (s.state.kv.cache == nullptr) fail("decoder_layer: an attention layer without a KV cache");
+    attention_forward(ctx, *att, seqs, normed, n, branch);
   } else {
-    if (state.deltanet == nullptr) fail("decoder_layer: a DeltaNet layer without its state");
-    deltanet_forward(ctx, std::get<DeltaNetWeights>(w.mixer), *state.deltanet, normed, n, branch,
-                     state.row_states);
+    for (const SequenceRows& s : seqs)
+      if (s.state.deltanet == nullptr) fail("decoder_layer: a DeltaNet layer without its state");
+    deltanet_forward(ctx, std::get<DeltaNetWeights>(w.mixer), seqs, normed, n, branch);
   }
   add_branch();
   norm_rows(w.post_norm);

@@ -9,8 +9,8 @@
 
 namespace qwick {
 
-void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetState& state, const float* x,
-                      int64_t n, float* out, DeltaNetState* row_states) {
+void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, std::span<const SequenceRows> seqs,
+                      const float* x, int64_t n, float* out) {
   const ModelConfig& c = ctx.cfg;
   const int64_t H = c.hidden_size, C = c.conv_channels(), Vt = c.lin_v_total();
   const int64_t Hk = c.lin_n_k_heads, Hv = c.lin_n_v_heads, Dk = c.lin_k_dim, Dv = c.lin_v_dim;
@@ -27,21 +27,26 @@ void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetS
 
   // Each row's conv window ends with the last K-1 rows of [window before the step | the step's rows].
   const int64_t W = c.conv_kernel - 1;
-  if (row_states != nullptr)
-    for (int64_t t = 0; t < n; ++t)
+  for (const SequenceRows& s : seqs) {
+    if (s.state.row_states == nullptr) continue;
+    const float* rows = qkv + s.row0 * C;
+    for (int64_t t = 0; t < s.n; ++t)
       for (int64_t r = 0; r < W; ++r) {
         const int64_t j = t + 1 - W + r;  // row of the step (negative: of the window before it)
-        const float* src = j >= 0 ? qkv + j * C : state.conv.data() + (W + j) * C;
-        std::copy_n(src, C, row_states[t].conv.data() + r * C);
+        const float* src = j >= 0 ? rows + j * C : s.state.deltanet->conv.data() + (W + j) * C;
+        std::copy_n(src, C, s.state.row_states[t].conv.data() + r * C);
       }
+  }
 
-  // Causal conv + SiLU over channel blocks.
+  // Causal conv + SiLU over (sequence, channel block).
   float* conv = ctx.arena.floats(static_cast<size_t>(n * C));
   constexpr int64_t kChannelBlock = 256;
-  ctx.pool.parallel_for(static_cast<size_t>((C + kChannelBlock - 1) / kChannelBlock), [&](size_t i, int) {
-    const int64_t c0 = static_cast<int64_t>(i) * kChannelBlock;
-    causal_conv_silu(qkv, n, C, w.conv.data(), c.conv_kernel, state.conv.data(), conv, c0,
-                     std::min(C, c0 + kChannelBlock));
+  const int64_t channel_blocks = (C + kChannelBlock - 1) / kChannelBlock;
+  ctx.pool.parallel_for(seqs.size() * static_cast<size_t>(channel_blocks), [&](size_t i, int) {
+    const SequenceRows& s = seqs[i / static_cast<size_t>(channel_blocks)];
+    const int64_t c0 = static_cast<int64_t>(i % static_cast<size_t>(channel_blocks)) * kChannelBlock;
+    causal_conv_silu(qkv + s.row0 * C, s.n, C, w.conv.data(), c.conv_kernel, s.state.deltanet->conv.data(),
+                     conv + s.row0 * C, c0, std::min(C, c0 + kChannelBlock));
   });
 
   // Per row: L2-normalise q (then scale by Dk^-1/2) and k per key head; beta and decay per value head.
@@ -58,30 +63,25 @@ void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetS
                    decay + t * Hv);
   });
 
-  // The recurrence, one value head per task; value head h reads key head h / (Hv / Hk).
+  // The recurrence, one (sequence, value head) per task; value head h reads key head h / (Hv / Hk).
   float* o = ctx.arena.floats(static_cast<size_t>(n * Vt));
-  ctx.pool.parallel_for(static_cast<size_t>(Hv), [&](size_t hv, int) {
-    const int64_t h = static_cast<int64_t>(hv), kh = h / (Hv / Hk);
-    DeltaNetHeadScan scan{conv + kh * Dk,
-                          conv + key_dim + kh * Dk,
-                          C,
-                          conv + 2 * key_dim + h * Dv,
-                          C,
-                          decay + h,
-                          beta + h,
-                          Hv,
-                          o + h * Dv,
-                          Vt};
-    float* head_state = state.recurrent.data() + h * Dv * Dk;
-    if (row_states == nullptr) {
-      deltanet_scan_head(scan, n, Dk, Dv, head_state, ctx.ops);
+  ctx.pool.parallel_for(seqs.size() * static_cast<size_t>(Hv), [&](size_t task, int) {
+    const SequenceRows& s = seqs[task / static_cast<size_t>(Hv)];
+    const int64_t h = static_cast<int64_t>(task % static_cast<size_t>(Hv)), kh = h / (Hv / Hk);
+    const float* rows = conv + s.row0 * C;
+    DeltaNetHeadScan scan{
+        rows + kh * Dk,          rows + key_dim + kh * Dk, C,  rows + 2 * key_dim + h * Dv, C,
+        decay + s.row0 * Hv + h, beta + s.row0 * Hv + h,   Hv, o + s.row0 * Vt + h * Dv,    Vt};
+    float* head_state = s.state.deltanet->recurrent.data() + h * Dv * Dk;
+    if (s.state.row_states == nullptr) {
+      deltanet_scan_head(scan, s.n, Dk, Dv, head_state, ctx.ops);
       return;
     }
-    for (int64_t t = 0; t < n; ++t) {  // row by row (the same arithmetic), keeping the state after each
+    for (int64_t t = 0; t < s.n; ++t) {  // row by row (the same arithmetic), keeping the state after each
       const DeltaNetHeadScan row{scan.q + t * C,      scan.k + t * C,     C,  scan.v + t * C,  C,
                                  scan.decay + t * Hv, scan.beta + t * Hv, Hv, scan.o + t * Vt, Vt};
       deltanet_scan_head(row, 1, Dk, Dv, head_state, ctx.ops);
-      std::copy_n(head_state, Dv * Dk, row_states[t].recurrent.data() + h * Dv * Dk);
+      std::copy_n(head_state, Dv * Dk, s.state.row_states[t].recurrent.data() + h * Dv * Dk);
     }
   });
 

@@ -1,10 +1,14 @@
 // The CPU forward pass, one function per layer kind. Each takes the normalised input rows
-// x [n, hidden] at positions [pos0, pos0 + n) and writes the layer's output rows [n, hidden] (the
-// caller adds them to the residual stream). Used by both prefill (n = chunk) and decode (n = 1).
+// x [n, hidden] and writes the layer's output rows [n, hidden] (the caller adds them to the residual
+// stream). The rows come in runs of one sequence each (SequenceRows): prefill is one run of a chunk,
+// decode one run of one row, a multi-row step one run per sequence. Matrix products and the MoE take
+// all n rows at once; attention and DeltaNet advance each run's own sequence state.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
+#include "backend/cpu/cpu_kv_pool.h"
 #include "backend/cpu/cpu_state.h"
 #include "core/scratch_arena.h"
 #include "core/thread_pool.h"
@@ -31,26 +35,32 @@ inline MatmulProblem matmul_problem(const WeightMatrix& w, const float* x, size_
   return MatmulProblem{&w, x, ldx, n, y, ldy};
 }
 
-void attention_forward(const CpuContext& ctx, const AttentionWeights& w, KvCache& cache, const float* x,
-                       int64_t n, int64_t pos0, float* out);
-// `row_states` (optional, n of them): the state after each row is also written there, for a
-// multi-row step whose caller keeps only a prefix of the rows (CpuSequence::row_states).
-void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, DeltaNetState& state, const float* x,
-                      int64_t n, float* out, DeltaNetState* row_states = nullptr);
-void moe_forward(const CpuContext& ctx, const MoeWeights& w, const float* x, int64_t n, float* out);
-
-// The sequence state one decoder layer advances: `kv` for an attention layer, `deltanet` (and
-// optionally `row_states`, see deltanet_forward) for a DeltaNet layer.
+// The state one decoder layer advances for one sequence: `kv` for an attention layer, `deltanet`
+// (and optionally `row_states`) for a DeltaNet layer. `row_states` (one per row of the run): the
+// state after each row is also written there, for a multi-row step whose caller keeps only a prefix
+// of the rows (CpuSequence::row_states).
 struct LayerState {
-  KvCache* kv = nullptr;
+  KvRows kv;
   DeltaNetState* deltanet = nullptr;
   DeltaNetState* row_states = nullptr;
 };
 
-// One decoder layer over the residual rows hidden [n, hidden] at positions [pos0, pos0 + n), in
-// place: hidden += mixer(norm(hidden)), then hidden += moe(norm(hidden)). `normed` and `branch` are
+// Rows [row0, row0 + n) of a pass: consecutive positions [pos0, pos0 + n) of one sequence.
+struct SequenceRows {
+  int64_t row0 = 0, n = 0, pos0 = 0;
+  LayerState state;
+};
+
+void attention_forward(const CpuContext& ctx, const AttentionWeights& w, std::span<const SequenceRows> seqs,
+                       const float* x, int64_t n, float* out);
+void deltanet_forward(const CpuContext& ctx, const DeltaNetWeights& w, std::span<const SequenceRows> seqs,
+                      const float* x, int64_t n, float* out);
+void moe_forward(const CpuContext& ctx, const MoeWeights& w, const float* x, int64_t n, float* out);
+
+// One decoder layer over the residual rows hidden [n, hidden] of the runs `seqs`, in place:
+// hidden += mixer(norm(hidden)), then hidden += moe(norm(hidden)). `normed` and `branch` are
 // [n, hidden] scratch; the arena is reset.
-void decoder_layer(const CpuContext& ctx, const LayerWeights& w, const LayerState& state, float* hidden,
-                   float* normed, float* branch, int64_t n, int64_t pos0);
+void decoder_layer(const CpuContext& ctx, const LayerWeights& w, std::span<const SequenceRows> seqs,
+                   float* hidden, float* normed, float* branch, int64_t n);
 
 }  // namespace qwick

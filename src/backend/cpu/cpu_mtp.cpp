@@ -33,8 +33,9 @@ void CpuMtpHead::forward(const CpuContext& ctx, const int32_t* tokens, const flo
                         static_cast<size_t>(H)),
          ctx.pool, ctx.precision);
 
-  decoder_layer(ctx, head_.layer, LayerState{&cache_, nullptr, nullptr}, x, normed_.data(), branch_.data(), n,
-                pos0);
+  const SequenceRows rows{0, n, pos0, LayerState{KvRows{&cache_, {}}, nullptr, nullptr}};
+  decoder_layer(ctx, head_.layer, std::span<const SequenceRows>(&rows, 1), x, normed_.data(), branch_.data(),
+                n);
 
   if (out == nullptr) return;
   const float* last = x + (n - 1) * H;

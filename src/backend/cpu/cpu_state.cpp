@@ -55,43 +55,87 @@ void KvCache::write(int64_t pos, const float* k, const float* v) {
     }
 }
 
-std::vector<uint8_t> KvCache::save(int64_t n) const {
+std::vector<uint8_t> KvCache::save(std::span<const KvRowRun> runs) const {
   size_t bytes = 0;
-  for (int p = 0; p < kPlanes; ++p)
-    bytes += static_cast<size_t>(n_kv_heads_) * static_cast<size_t>(n) * row_bytes(p);
+  for (const KvRowRun& r : runs)
+    for (int p = 0; p < kPlanes; ++p)
+      bytes += static_cast<size_t>(n_kv_heads_) * static_cast<size_t>(r.count) * row_bytes(p);
   std::vector<uint8_t> out(bytes);
   uint8_t* dst = out.data();
-  for (int p = 0; p < kPlanes; ++p) {
-    const size_t rows = static_cast<size_t>(n) * row_bytes(p);
-    if (rows == 0) continue;
-    for (int h = 0; h < n_kv_heads_; ++h, dst += rows)
-      std::memcpy(dst, planes_[p].data() + offset(p, h, 0), rows);
-  }
+  for (int p = 0; p < kPlanes; ++p)
+    for (int h = 0; h < n_kv_heads_; ++h)
+      for (const KvRowRun& r : runs) {
+        const size_t rows = static_cast<size_t>(r.count) * row_bytes(p);
+        if (rows == 0) continue;
+        std::memcpy(dst, planes_[p].data() + offset(p, h, r.row), rows);
+        dst += rows;
+      }
   return out;
+}
+
+void KvCache::load(const std::vector<uint8_t>& saved, std::span<const KvRowRun> runs) {
+  const uint8_t* src = saved.data();
+  for (int p = 0; p < kPlanes; ++p)
+    for (int h = 0; h < n_kv_heads_; ++h)
+      for (const KvRowRun& r : runs) {
+        const size_t rows = static_cast<size_t>(r.count) * row_bytes(p);
+        if (rows == 0) continue;
+        std::memcpy(planes_[p].data() + offset(p, h, r.row), src, rows);
+        src += rows;
+      }
+}
+
+std::vector<uint8_t> KvCache::save(int64_t n) const {
+  const KvRowRun all{0, n};
+  return save(std::span<const KvRowRun>(&all, 1));
 }
 
 void KvCache::load(const std::vector<uint8_t>& saved, int64_t n, int64_t limit) {
   reserve(n, limit);
-  const uint8_t* src = saved.data();
-  for (int p = 0; p < kPlanes; ++p) {
-    const size_t rows = static_cast<size_t>(n) * row_bytes(p);
-    if (rows == 0) continue;
-    for (int h = 0; h < n_kv_heads_; ++h, src += rows)
-      std::memcpy(planes_[p].data() + offset(p, h, 0), src, rows);
-  }
+  const KvRowRun all{0, n};
+  load(saved, std::span<const KvRowRun>(&all, 1));
 }
 
-KvHeadView KvCache::head(int kv_head) const {
-  const auto at = [&](int p) { return planes_[p].data() + offset(p, kv_head, 0); };
+KvHeadView KvCache::head(int kv_head, int64_t first_row) const {
+  const auto at = [&](int p) { return planes_[p].data() + offset(p, kv_head, first_row); };
   return {dtype_, at(kKeys), at(kValues), reinterpret_cast<const float*>(at(kKeyScales)),
           reinterpret_cast<const float*>(at(kValueScales))};
 }
 
-CpuSequence::CpuSequence(const ModelConfig& cfg, KvDtype kv_dtype) {
+namespace {
+size_t round_to_line(size_t bytes) {
+  return (bytes + 63) / 64 * 64;
+}
+}  // namespace
+
+size_t KvCache::gather_bytes(int64_t rows) const {
+  size_t bytes = 0;
+  for (int p = 0; p < kPlanes; ++p) bytes += round_to_line(static_cast<size_t>(rows) * row_bytes(p));
+  return bytes;
+}
+
+KvHeadView KvCache::gather(int kv_head, std::span<const KvRowRun> runs, uint8_t* dst) const {
+  uint8_t* plane_start[kPlanes];
+  for (int p = 0; p < kPlanes; ++p) {
+    plane_start[p] = dst;
+    for (const KvRowRun& r : runs) {
+      const size_t rows = static_cast<size_t>(r.count) * row_bytes(p);
+      if (rows == 0) continue;
+      std::memcpy(dst, planes_[p].data() + offset(p, kv_head, r.row), rows);
+      dst += rows;
+    }
+    dst = plane_start[p] + round_to_line(static_cast<size_t>(dst - plane_start[p]));
+  }
+  return {dtype_, plane_start[kKeys], plane_start[kValues],
+          reinterpret_cast<const float*>(plane_start[kKeyScales]),
+          reinterpret_cast<const float*>(plane_start[kValueScales])};
+}
+
+CpuSequence::CpuSequence(const ModelConfig& cfg) {
+  int attention_layers = 0;
   for (LayerKind kind : cfg.layers) {
     if (kind == LayerKind::kAttention) {
-      slot.push_back(static_cast<int>(kv.size()));
-      kv.emplace_back(kv_dtype, cfg.n_kv_heads, cfg.head_dim);
+      slot.push_back(attention_layers++);
     } else {
       slot.push_back(static_cast<int>(deltanet.size()));
       DeltaNetState s;
