@@ -20,10 +20,15 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// The building blocks every schema grammar shares. Numbers have bounded digits and exponents
-// (1e99 at most: JSON parsers read larger ones as infinity).
-constexpr const char* kPrimitives = R"(json-char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
-json-string ::= "\"" json-char* "\""
+// The building blocks every schema grammar shares (json-char comes first: a caller may exclude
+// characters from strings). Numbers have bounded digits and exponents (1e99 at most: JSON parsers
+// read larger ones as infinity).
+std::string json_char_rule(std::string_view excluded_chars) {
+  return fmt::format(R"(json-char ::= [^"\\\x00-\x1F{}] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{{4}}))",
+                     excluded_chars) +
+         "\n";
+}
+constexpr const char* kPrimitives = R"(json-string ::= "\"" json-char* "\""
 json-uint ::= "0" | [1-9] [0-9]{0,15}
 json-int ::= "-"? json-uint
 json-frac ::= "." [0-9]{1,16}
@@ -83,8 +88,8 @@ std::vector<std::string> type_list(const json& s, const std::string& path) {
 // Whether `pattern` (a JSON Schema regular expression) matches `name`, with the grammar engine (no
 // backtracking, so no pattern can make this slow). Throws Error for an unsupported pattern.
 bool pattern_matches(const std::string& pattern, const std::string& name) {
-  const std::string gbnf =
-      fmt::format("root ::= {}\nws ::= \"\"\n{}", regex_to_gbnf(pattern, "json-char"), kPrimitives);
+  const std::string gbnf = fmt::format("root ::= {}\nws ::= \"\"\n{}{}", regex_to_gbnf(pattern, "json-char"),
+                                       json_char_rule(""), kPrimitives);
   GrammarMatcher m(std::make_shared<const Grammar>(parse_gbnf(gbnf)));
   const std::string escaped = json(name).dump();
   return m.accept(std::string_view(escaped).substr(1, escaped.size() - 2)) && m.accepting(m.current());
@@ -103,14 +108,15 @@ bool value_has_type(const json& v, const std::string& type) {
 
 class Compiler {
  public:
-  Compiler(const json& root, const JsonSchemaOptions& options) : root_(root), options_(options) {}
+  Compiler(const json& root, const JsonSchemaOptions& options, std::string prefix = "s")
+      : root_(root), options_(options), prefix_(std::move(prefix)) {}
 
-  std::string run() {
-    const std::string value = visit(root_, "#", 0);
-    std::string out =
-        fmt::format("root ::= ws {} ws\nws ::= [ \\t\\n]{{0,{}}}\n", value, options_.max_whitespace);
-    out += kPrimitives;
-    out += kFormatRules;
+  // The rule (or expression) for the JSON text of `s`, a subschema of the root at `path`.
+  std::string value(const json& s, const std::string& path) { return visit(s, path, 0); }
+
+  // The definitions of the rules value() made.
+  std::string rules() const {
+    std::string out;
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
     return out;
   }
@@ -125,7 +131,7 @@ class Compiler {
   std::string fresh_name(const std::string& hint) {
     if (++rule_count_ > options_.max_rules)
       refuse("$ref", "#", fmt::format("the schema needs more than {} grammar rules", options_.max_rules));
-    std::string base = "s";
+    std::string base = prefix_;
     for (char c : hint) {
       if (base.size() > 40) break;
       base += (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ? c : '-';
@@ -456,15 +462,11 @@ class Compiler {
     }
     if (s.contains("format")) {
       if (!s["format"].is_string()) refuse("format", path, "format must be a string");
-      std::string f = s["format"];
-      if (f == "date-time")
-        return rule(path, "\"\\\"\" " + kFormats.at("date") + " \"T\" " + kFormats.at("time") + " \"\\\"\"");
-      if (f == "uri-reference" || f == "url" || f == "iri") f = "uri";
-      if (const auto it = kFormats.find(f); it != kFormats.end()) {
+      if (const auto format = string_format_gbnf(s["format"].get<std::string>())) {
         if (lengths)
           refuse(s.contains("minLength") ? "minLength" : "maxLength", path,
                  "a length together with a format");
-        return rule(path, "\"\\\"\" " + it->second + " \"\\\"\"");
+        return rule(path, "\"\\\"\" " + *format + " \"\\\"\"");
       }
     }
     if (!lengths) return "json-string";
@@ -487,6 +489,7 @@ class Compiler {
 
   const json& root_;
   const JsonSchemaOptions& options_;
+  std::string prefix_;
   std::vector<std::pair<std::string, std::string>> rules_;
   std::map<std::string, std::string> refs_;
   size_t rule_count_ = 0;
@@ -499,8 +502,36 @@ void refuse_keyword(const std::string& keyword, const std::string& path, const s
       keyword, fmt::format("JSON Schema keyword '{}' is not supported (at {}): {}", keyword, path, why));
 }
 
+std::optional<std::string> string_format_gbnf(std::string_view format) {
+  if (format == "date-time") return kFormats.at("date") + " \"T\" " + kFormats.at("time");
+  if (format == "uri-reference" || format == "url" || format == "iri") format = "uri";
+  if (const auto it = kFormats.find(format); it != kFormats.end()) return it->second;
+  return std::nullopt;
+}
+
+std::string json_schema_primitives(const JsonSchemaOptions& options, std::string_view excluded_chars) {
+  std::string out = fmt::format("ws ::= [ \\t\\n]{{0,{}}}\n", options.max_whitespace);
+  out += json_char_rule(excluded_chars);
+  out += kPrimitives;
+  out += kFormatRules;
+  return out;
+}
+
+SchemaRules json_schema_rules(
+    const nlohmann::ordered_json& root,
+    const std::vector<std::pair<std::string, const nlohmann::ordered_json*>>& schemas,
+    const std::string& prefix, const JsonSchemaOptions& options) {
+  Compiler compiler(root, options, prefix);
+  SchemaRules out;
+  for (const auto& [path, schema] : schemas) out.values.push_back(compiler.value(*schema, path));
+  out.rules = compiler.rules();
+  return out;
+}
+
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, const JsonSchemaOptions& options) {
-  return Compiler(schema, options).run();
+  Compiler compiler(schema, options);
+  const std::string value = compiler.value(schema, "#");
+  return "root ::= ws " + value + " ws\n" + json_schema_primitives(options) + compiler.rules();
 }
 
 std::string json_object_gbnf(const JsonSchemaOptions& options) {

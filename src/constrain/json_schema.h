@@ -23,7 +23,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -50,6 +54,29 @@ struct JsonSchemaOptions {
 };
 
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, const JsonSchemaOptions& options = {});
+
+// Several values in one grammar (a tool's parameters): for each (path, schema) in `schemas`, a
+// subschema of `root` (its $refs resolve in `root`), the rule of its JSON text in values[i].
+// `rules` defines them under names that start with `prefix`, so the rules of several roots can
+// share one grammar with json_schema_primitives() and a root rule of the caller's.
+struct SchemaRules {
+  std::string rules;
+  std::vector<std::string> values;
+};
+SchemaRules json_schema_rules(
+    const nlohmann::ordered_json& root,
+    const std::vector<std::pair<std::string, const nlohmann::ordered_json*>>& schemas,
+    const std::string& prefix, const JsonSchemaOptions& options = {});
+
+// The rules every schema grammar uses: ws, json-char (any character of a JSON string, escapes
+// included, less the characters in `excluded_chars`, a GBNF class fragment such as "<"), the JSON
+// values and the format helpers.
+std::string json_schema_primitives(const JsonSchemaOptions& options = {},
+                                   std::string_view excluded_chars = "");
+
+// The characters of a string `format` the compiler enforces (no quotes: they match the decoded
+// text, which for these formats needs no escapes); nullopt for a format that is an annotation.
+std::optional<std::string> string_format_gbnf(std::string_view format);
 
 // Any JSON object (response_format json_object), with the same whitespace bound.
 std::string json_object_gbnf(const JsonSchemaOptions& options = {});
