@@ -3,14 +3,16 @@
 //
 // Supported: type (and lists of types), properties / required / additionalProperties (declared
 // properties in their order, required ones always, optional ones optionally; extra properties
-// only in objects that declare none), patternProperties matching no declared property,
-// minProperties / maxProperties where the declared ones settle them, items / prefixItems / the
-// draft-04 items array with additionalItems, minItems / maxItems, enum / const, anyOf, oneOf
-// whose branches cannot overlap (schema_merge.h), allOf (merged), $ref to "#..." JSON pointers
-// with recursion, $defs / definitions, string pattern (regex_grammar.h), format (date-time, date,
-// time, uuid, email, ipv4, hostname, uri; other formats are annotations), minLength / maxLength,
-// integer bounds, number bounds at integers >= 0 (number_grammar.h). Annotations and unknown
-// keywords are ignored, as the specification says.
+// only in objects that declare none), patternProperties matching no declared property (an open
+// object writes names of its one pattern), minProperties / maxProperties where the declared ones
+// settle them, items / prefixItems / the draft-04 items array with additionalItems, minItems /
+// maxItems, uniqueItems (at most one item written), enum / const, anyOf, oneOf whose branches
+// cannot overlap or whose written objects cannot (schema_merge.h), allOf (merged), $ref to
+// "#..." JSON pointers with recursion, $defs / definitions, string pattern (regex_grammar.h;
+// beside a maxLength its repetitions are bounded to fit), format (date-time, date, time, uuid,
+// email, ipv4, hostname, uri; other formats are annotations), minLength / maxLength, integer
+// bounds, number bounds at integers >= 0 (number_grammar.h). Annotations and unknown keywords
+// are ignored, as the specification says.
 //
 // Whitespace follows the model's style but is bounded: at most `max_whitespace` characters at each
 // place, and numbers have at most 16 integer and 16 fraction digits, so a model cannot run on
