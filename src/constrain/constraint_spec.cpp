@@ -5,6 +5,14 @@
 
 namespace qwick {
 
+ConstraintSpec ConstraintSpec::tool_calls(const ToolCallRule& rule) {
+  const nlohmann::ordered_json j = {{"tools", rule.tools},
+                                    {"name", rule.name},
+                                    {"parallel", rule.parallel},
+                                    {"text_first", rule.text_first}};
+  return {Kind::kToolCalls, j.dump()};
+}
+
 std::string ConstraintSpec::gbnf() const {
   switch (kind) {
     case Kind::kGrammar:
@@ -13,6 +21,10 @@ std::string ConstraintSpec::gbnf() const {
       return json_schema_to_gbnf(nlohmann::ordered_json::parse(text));
     case Kind::kJsonObject:
       return json_object_gbnf();
+    case Kind::kToolCalls: {
+      const auto j = nlohmann::ordered_json::parse(text);
+      return tool_call_gbnf({j["tools"], j["name"], j["parallel"], j["text_first"]});
+    }
   }
   return text;
 }

@@ -1,6 +1,6 @@
 // What a request asks the output to be, and its compiled grammar: the one entry point the APIs
-// use (Chat Completions' response_format / grammar / json_schema; the other APIs map their
-// fields onto the same spec).
+// use (Chat Completions' response_format / grammar / json_schema / tool_choice; the other APIs map
+// their fields onto the same spec).
 //
 //   ConstraintSpec spec = ConstraintSpec::json_schema(schema_json);
 //   std::shared_ptr<const Grammar> g = cache.get(spec);   // throws Error / UnsupportedSchema
@@ -19,19 +19,21 @@
 #include <unordered_map>
 
 #include "constrain/grammar.h"
+#include "constrain/tool_call_grammar.h"
 
 namespace qwick {
 
 struct ConstraintSpec {
-  enum class Kind { kGrammar, kJsonSchema, kJsonObject };
+  enum class Kind { kGrammar, kJsonSchema, kJsonObject, kToolCalls };
   Kind kind = Kind::kJsonObject;
-  std::string text;  // the GBNF text, or the schema serialized
+  std::string text;  // the GBNF text, the schema serialized, or the ToolCallRule serialized
 
   static ConstraintSpec grammar(std::string gbnf) { return {Kind::kGrammar, std::move(gbnf)}; }
   static ConstraintSpec json_schema(const nlohmann::ordered_json& schema) {
     return {Kind::kJsonSchema, schema.dump()};
   }
   static ConstraintSpec json_object() { return {Kind::kJsonObject, ""}; }
+  static ConstraintSpec tool_calls(const ToolCallRule& rule);
 
   // The GBNF the spec stands for (a schema compiled); throws UnsupportedSchema / Error.
   std::string gbnf() const;

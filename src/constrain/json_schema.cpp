@@ -20,10 +20,15 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// The building blocks every schema grammar shares. Numbers have bounded digits and exponents
-// (1e99 at most: JSON parsers read larger ones as infinity).
-constexpr const char* kPrimitives = R"(json-char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
-json-string ::= "\"" json-char* "\""
+// The building blocks every schema grammar shares (json-char comes first: a caller may exclude
+// characters from strings). Numbers have bounded digits and exponents (1e99 at most: JSON parsers
+// read larger ones as infinity).
+std::string json_char_rule(std::string_view excluded_chars) {
+  return fmt::format(R"(json-char ::= [^"\\\x00-\x1F{}] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{{4}}))",
+                     excluded_chars) +
+         "\n";
+}
+constexpr const char* kPrimitives = R"(json-string ::= "\"" json-char* "\""
 json-uint ::= "0" | [1-9] [0-9]{0,15}
 json-int ::= "-"? json-uint
 json-frac ::= "." [0-9]{1,16}
@@ -51,6 +56,14 @@ const std::map<std::string, std::string, std::less<>> kFormats = {
     {"hostname", R"(json-label ( "." json-label ){0,4})"},
     {"uri", R"("http" "s"? "://" json-label ( "." json-label ){0,4} ( "/" [a-zA-Z0-9._~-]{0,20} ){0,5})"},
 };
+// The shortest and longest strings the grammars of kFormats (and date-time) write.
+std::pair<int64_t, int64_t> format_lengths(std::string_view format) {
+  static const std::map<std::string, std::pair<int64_t, int64_t>, std::less<>> kLengths = {
+      {"date", {10, 10}}, {"time", {9, 21}}, {"date-time", {20, 32}}, {"uuid", {36, 36}},
+      {"email", {6, 69}}, {"ipv4", {7, 15}}, {"hostname", {1, 114}},  {"uri", {8, 227}}};
+  if (format == "uri-reference" || format == "url" || format == "iri") format = "uri";
+  return kLengths.at(std::string(format));
+}
 constexpr const char* kFormatRules =
     R"(json-octet ::= "25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9]
 json-label ::= [a-z0-9] ( [a-z0-9-]{0,20} [a-z0-9] )?
@@ -83,8 +96,8 @@ std::vector<std::string> type_list(const json& s, const std::string& path) {
 // Whether `pattern` (a JSON Schema regular expression) matches `name`, with the grammar engine (no
 // backtracking, so no pattern can make this slow). Throws Error for an unsupported pattern.
 bool pattern_matches(const std::string& pattern, const std::string& name) {
-  const std::string gbnf =
-      fmt::format("root ::= {}\nws ::= \"\"\n{}", regex_to_gbnf(pattern, "json-char"), kPrimitives);
+  const std::string gbnf = fmt::format("root ::= {}\nws ::= \"\"\n{}{}", regex_to_gbnf(pattern, "json-char"),
+                                       json_char_rule(""), kPrimitives);
   GrammarMatcher m(std::make_shared<const Grammar>(parse_gbnf(gbnf)));
   const std::string escaped = json(name).dump();
   return m.accept(std::string_view(escaped).substr(1, escaped.size() - 2)) && m.accepting(m.current());
@@ -103,14 +116,15 @@ bool value_has_type(const json& v, const std::string& type) {
 
 class Compiler {
  public:
-  Compiler(const json& root, const JsonSchemaOptions& options) : root_(root), options_(options) {}
+  Compiler(const json& root, const JsonSchemaOptions& options, std::string prefix = "s")
+      : root_(root), options_(options), prefix_(std::move(prefix)) {}
 
-  std::string run() {
-    const std::string value = visit(root_, "#", 0);
-    std::string out =
-        fmt::format("root ::= ws {} ws\nws ::= [ \\t\\n]{{0,{}}}\n", value, options_.max_whitespace);
-    out += kPrimitives;
-    out += kFormatRules;
+  // The rule (or expression) for the JSON text of `s`, a subschema of the root at `path`.
+  std::string value(const json& s, const std::string& path) { return visit(s, path, 0); }
+
+  // The definitions of the rules value() made.
+  std::string rules() const {
+    std::string out;
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
     return out;
   }
@@ -125,7 +139,7 @@ class Compiler {
   std::string fresh_name(const std::string& hint) {
     if (++rule_count_ > options_.max_rules)
       refuse("$ref", "#", fmt::format("the schema needs more than {} grammar rules", options_.max_rules));
-    std::string base = "s";
+    std::string base = prefix_;
     for (char c : hint) {
       if (base.size() > 40) break;
       base += (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ? c : '-';
@@ -144,8 +158,9 @@ class Compiler {
     for (const auto& [key, value] : s.items()) {
       if (kRefused.contains(key))
         refuse(key, path, "this validation keyword cannot be enforced while generating");
-      if (key == "uniqueItems" && value == true && !(s.contains("maxItems") && s["maxItems"] == 1))
-        refuse(key, path, "uniqueness of array items cannot be enforced while generating");
+      if (key == "uniqueItems" && value == true && s.value("minItems", json(0)).is_number() &&
+          s.value("minItems", json(0)).get<double>() > 1)
+        refuse(key, path, "uniqueness of more than one array item cannot be enforced while generating");
     }
     if (s.contains("$ref")) {
       if (!has_validation_siblings(s)) return ref_rule(s["$ref"], path, depth);
@@ -167,7 +182,7 @@ class Compiler {
       if (std::string_view(key) == "oneOf")
         for (size_t i = 0; i < merged.size(); ++i)
           for (size_t j = i + 1; j < merged.size(); ++j)
-            if (!exclusive_schemas(merged[i], merged[j]))
+            if (!exclusive_schemas(merged[i], merged[j]) && !written_objects_exclusive(merged[i], merged[j]))
               refuse("oneOf", path,
                      fmt::format("branches {} and {} may both match (exactly one must)", i, j));
       std::vector<std::string> alts;
@@ -322,12 +337,27 @@ class Compiler {
       declared.push_back({r, &additional, true});
     }
     // patternProperties: no property is added beside the declared ones, so it matters only for
-    // declared names its patterns match (refused), or where extra properties may be written.
+    // declared names its patterns match (refused), or where extra properties may be written: there
+    // the names written match the one pattern (so its schema alone applies to their values), or,
+    // with several patterns (a name may match more than one), none are written.
+    std::string extra_name = "json-string";
+    std::optional<std::string> extra_value;
     if (s.contains("patternProperties")) {
       const json& patterns = s["patternProperties"];
       if (!patterns.is_object()) refuse("patternProperties", path, "must be an object");
-      if (declared.empty() && additional != false)
-        refuse("patternProperties", path, "in an object open to any property");
+      if (declared.empty() && additional != false && !patterns.empty()) {
+        if (patterns.size() > 1) {
+          additional = false;
+        } else {
+          const auto only = patterns.begin();
+          try {
+            extra_name = "\"\\\"\" " + regex_to_gbnf(only.key(), "json-char") + " \"\\\"\"";
+          } catch (const Error& e) {
+            refuse("patternProperties", path, e.what());
+          }
+          extra_value = visit(only.value(), path + "/patternProperties", depth + 1);
+        }
+      }
       for (const auto& [pattern, sub] : patterns.items())
         for (const Prop& prop : declared) {
           bool match = true;
@@ -350,10 +380,11 @@ class Compiler {
         if (min_props > 0) refuse("minProperties", path, "no property may be added");
         return "(\"{\" ws \"}\")";
       }
-      const std::string value = additional.is_object()
+      const std::string value = extra_value ? *extra_value
+                                : additional.is_object()
                                     ? visit(additional, path + "/additionalProperties", depth + 1)
                                     : "json-value";
-      const std::string kv = rule(path + "-kv", "json-string" + kv_sep + value + " ws");
+      const std::string kv = rule(path + "-kv", extra_name + kv_sep + value + " ws");
       if (max_props == 0) return "(\"{\" ws \"}\")";
       const std::string more =
           max_props < 0 ? fmt::format("{{{},}}", std::max<int64_t>(0, min_props - 1))
@@ -404,6 +435,8 @@ class Compiler {
     if (tail && *tail == false) tail = nullptr;
     const int64_t min = s.value("minItems", int64_t{0});
     int64_t max = s.value("maxItems", int64_t{-1});
+    // uniqueItems: arrays of at most one item are unique (more would need the items compared).
+    if (s.value("uniqueItems", false) == true) max = max < 0 ? 1 : std::min<int64_t>(max, 1);
     if (min > options_.max_repeat || max > options_.max_repeat)
       refuse(min > options_.max_repeat ? "minItems" : "maxItems", path, "too many items");
     if (max >= 0 && static_cast<int64_t>(prefix.size()) > max) prefix.resize(static_cast<size_t>(max));
@@ -440,31 +473,46 @@ class Compiler {
       if (!s["pattern"].is_string()) refuse("pattern", path, "pattern must be a string");
       if (s.contains("format") && kFormats.contains(s["format"].get<std::string>()))
         refuse("format", path, "a format together with a pattern");
+      const std::string pattern = s["pattern"].get<std::string>();
       std::string body;
       RegexLength length;
       try {
-        body = regex_to_gbnf(s["pattern"].get<std::string>(), "json-char", 1000, &length);
+        body = regex_to_gbnf(pattern, "json-char", 1000, &length);
       } catch (const Error& e) {
         refuse("pattern", path, e.what());
       }
-      // A length beside a pattern is kept only where every match of the pattern satisfies it.
+      // A length beside a pattern is kept only where every string written satisfies it: a
+      // maxLength bounds the pattern's repetitions at the largest count whose matches all fit.
       const int64_t min = s.value("minLength", int64_t{0}), max = s.value("maxLength", int64_t{-1});
       if (length.min < min) refuse("minLength", path, "the pattern also matches shorter strings");
-      if (max >= 0 && (length.max < 0 || length.max > max))
-        refuse("maxLength", path, "the pattern also matches longer strings");
+      if (max >= 0 && (length.max < 0 || length.max > max)) {
+        std::optional<std::string> bounded;
+        for (int64_t lo = 0, hi = std::min<int64_t>(max, options_.max_repeat); lo <= hi;) {
+          const int64_t cap = lo + (hi - lo) / 2;
+          RegexLength capped;
+          std::string text = regex_to_gbnf(pattern, "json-char", 1000, &capped, cap);
+          if (capped.max >= 0 && capped.max <= max) {
+            bounded = std::move(text);
+            lo = cap + 1;
+          } else {
+            hi = cap - 1;
+          }
+        }
+        if (!bounded) refuse("maxLength", path, "the pattern's shortest matches are longer");
+        body = std::move(*bounded);
+      }
       return rule(path, "\"\\\"\" " + body + " \"\\\"\"");
     }
     if (s.contains("format")) {
       if (!s["format"].is_string()) refuse("format", path, "format must be a string");
-      std::string f = s["format"];
-      if (f == "date-time")
-        return rule(path, "\"\\\"\" " + kFormats.at("date") + " \"T\" " + kFormats.at("time") + " \"\\\"\"");
-      if (f == "uri-reference" || f == "url" || f == "iri") f = "uri";
-      if (const auto it = kFormats.find(f); it != kFormats.end()) {
-        if (lengths)
-          refuse(s.contains("minLength") ? "minLength" : "maxLength", path,
-                 "a length together with a format");
-        return rule(path, "\"\\\"\" " + it->second + " \"\\\"\"");
+      if (const auto format = string_format_gbnf(s["format"].get<std::string>())) {
+        // A length beside a format is kept where every string of the format's grammar has it.
+        const auto [shortest, longest] = format_lengths(s["format"].get<std::string>());
+        if (shortest < s.value("minLength", int64_t{0}))
+          refuse("minLength", path, "the format also matches shorter strings");
+        if (s.contains("maxLength") && longest > s.value("maxLength", int64_t{-1}))
+          refuse("maxLength", path, fmt::format("the format writes up to {} characters", longest));
+        return rule(path, "\"\\\"\" " + *format + " \"\\\"\"");
       }
     }
     if (!lengths) return "json-string";
@@ -487,6 +535,7 @@ class Compiler {
 
   const json& root_;
   const JsonSchemaOptions& options_;
+  std::string prefix_;
   std::vector<std::pair<std::string, std::string>> rules_;
   std::map<std::string, std::string> refs_;
   size_t rule_count_ = 0;
@@ -499,8 +548,36 @@ void refuse_keyword(const std::string& keyword, const std::string& path, const s
       keyword, fmt::format("JSON Schema keyword '{}' is not supported (at {}): {}", keyword, path, why));
 }
 
+std::optional<std::string> string_format_gbnf(std::string_view format) {
+  if (format == "date-time") return kFormats.at("date") + " \"T\" " + kFormats.at("time");
+  if (format == "uri-reference" || format == "url" || format == "iri") format = "uri";
+  if (const auto it = kFormats.find(format); it != kFormats.end()) return it->second;
+  return std::nullopt;
+}
+
+std::string json_schema_primitives(const JsonSchemaOptions& options, std::string_view excluded_chars) {
+  std::string out = fmt::format("ws ::= [ \\t\\n]{{0,{}}}\n", options.max_whitespace);
+  out += json_char_rule(excluded_chars);
+  out += kPrimitives;
+  out += kFormatRules;
+  return out;
+}
+
+SchemaRules json_schema_rules(
+    const nlohmann::ordered_json& root,
+    const std::vector<std::pair<std::string, const nlohmann::ordered_json*>>& schemas,
+    const std::string& prefix, const JsonSchemaOptions& options) {
+  Compiler compiler(root, options, prefix);
+  SchemaRules out;
+  for (const auto& [path, schema] : schemas) out.values.push_back(compiler.value(*schema, path));
+  out.rules = compiler.rules();
+  return out;
+}
+
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, const JsonSchemaOptions& options) {
-  return Compiler(schema, options).run();
+  Compiler compiler(schema, options);
+  const std::string value = compiler.value(schema, "#");
+  return "root ::= ws " + value + " ws\n" + json_schema_primitives(options) + compiler.rules();
 }
 
 std::string json_object_gbnf(const JsonSchemaOptions& options) {

@@ -83,8 +83,8 @@ int64_t scale_length(int64_t a, int64_t n) {
 
 class RegexParser {
  public:
-  RegexParser(std::string_view p, std::string_view json_char, int max_repeat)
-      : p_(p), json_char_(json_char), max_repeat_(max_repeat) {}
+  RegexParser(std::string_view p, std::string_view json_char, int max_repeat, int64_t cap)
+      : p_(p), json_char_(json_char), max_repeat_(max_repeat), cap_(cap) {}
 
   // Top-level alternatives, each with its own anchors.
   std::string run(RegexLength* length) {
@@ -99,12 +99,15 @@ class RegexParser {
       if (end) ++pos_;
       if (!out.empty()) out += " | ";
       out += "(";
-      if (!start) out += fmt::format("{}* ", json_char_);
+      const std::string any =
+          cap_ < 0 ? std::string(json_char_) + "*" : fmt::format("{}{{0,{}}}", json_char_, cap_);
+      if (!start) out += any + " ";
       out += fmt::format("({})", body.text);
-      if (!end) out += fmt::format(" {}*", json_char_);
+      if (!end) out += " " + any;
       out += ")";
       total.min = total.min < 0 ? body.length.min : std::min(total.min, body.length.min);
-      const int64_t max = start && end ? body.length.max : -1;
+      const int64_t ends = (start ? 0 : cap_) + (end ? 0 : cap_);
+      const int64_t max = (start && end) || cap_ >= 0 ? add_lengths(body.length.max, ends) : -1;
       total.max = total.max < 0 || max < 0 ? -1 : std::max(total.max, max);
       if (!at('|')) break;
       ++pos_;
@@ -204,6 +207,10 @@ class RegexParser {
     }
     if (at('?')) ++pos_;  // lazy: the same strings
     if (at('*') || at('+') || at('?') || at('{')) refuse("a repeated quantifier");
+    if (hi < 0 && cap_ >= 0) {  // bounded: a subset of the matches
+      hi = std::max(lo, cap_);
+      q = fmt::format("{{{},{}}}", lo, hi);
+    }
     a.text += q;
     a.length.min *= lo;
     a.length.max = hi < 0 ? (a.length.max == 0 ? 0 : -1) : scale_length(a.length.max, hi);
@@ -389,14 +396,15 @@ class RegexParser {
   std::string_view p_;
   std::string_view json_char_;
   int max_repeat_;
+  int64_t cap_;
   size_t pos_ = 0;
 };
 
 }  // namespace
 
 std::string regex_to_gbnf(std::string_view pattern, std::string_view json_char, int max_repeat,
-                          RegexLength* length) {
-  return RegexParser(pattern, json_char, max_repeat).run(length);
+                          RegexLength* length, int64_t cap) {
+  return RegexParser(pattern, json_char, max_repeat, cap).run(length);
 }
 
 }  // namespace qwick

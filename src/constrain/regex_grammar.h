@@ -27,7 +27,9 @@ struct RegexLength {
 
 // `json_char` names the grammar rule for any one character of a JSON string (an escape
 // included), used for the unanchored ends. `length`, when given, receives the match lengths.
+// `cap` >= 0 bounds every unbounded repetition (*, +, {m,}) and unanchored end at that many: the
+// strings are then a subset of the matches, of bounded length (for a maxLength beside the pattern).
 std::string regex_to_gbnf(std::string_view pattern, std::string_view json_char, int max_repeat = 1000,
-                          RegexLength* length = nullptr);
+                          RegexLength* length = nullptr, int64_t cap = -1);
 
 }  // namespace qwick

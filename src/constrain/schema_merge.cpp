@@ -101,6 +101,39 @@ bool exclusive_schemas(const json& a, const json& b) {
   return false;
 }
 
+namespace {
+
+std::set<std::string> required_names(const json& s) {
+  std::set<std::string> out;
+  if (s.contains("required") && s["required"].is_array())
+    for (const json& r : s["required"])
+      if (r.is_string()) out.insert(r.get<std::string>());
+  return out;
+}
+
+// Whether every object the compiler writes for `a` fails `b`.
+bool written_fail(const json& a, const json& b) {
+  if (value_types(a) != std::set<std::string>{"object"} || value_types(b) != std::set<std::string>{"object"})
+    return false;
+  std::set<std::string> keys = required_names(a);
+  if (a.contains("properties") && a["properties"].is_object())
+    for (const auto& [name, sub] : a["properties"].items()) keys.insert(name);
+  if (keys.empty()) return false;  // written with any properties
+  for (const std::string& r : required_names(b))
+    if (!keys.contains(r)) return true;
+  if (b.value("additionalProperties", json(true)) == false && !b.contains("patternProperties"))
+    for (const std::string& r : required_names(a))
+      if (!b.contains("properties") || !b["properties"].is_object() || !b["properties"].contains(r))
+        return true;
+  return false;
+}
+
+}  // namespace
+
+bool written_objects_exclusive(const json& a, const json& b) {
+  return written_fail(a, b) && written_fail(b, a);
+}
+
 const json& resolve_pointer(const json& root, const std::string& ref, const std::string& path) {
   if (ref.empty() || ref[0] != '#')
     refuse_keyword(

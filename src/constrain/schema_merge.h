@@ -35,4 +35,11 @@ nlohmann::ordered_json merge_schemas(const nlohmann::ordered_json& a, const nloh
 // its branches are generated as alternatives, so a value matching two would be invalid.
 bool exclusive_schemas(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b);
 
+// Whether no value the compiler writes for one of two object schemas matches the other, where
+// values of both may exist: an object that declares properties is written with those (and its
+// required ones) only, so it never matches a schema that requires another property, nor one
+// closed (additionalProperties false) to a property it requires. Enough for oneOf, whose
+// generated branches then each match exactly one.
+bool written_objects_exclusive(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b);
+
 }  // namespace qwick

@@ -54,13 +54,10 @@ TokenTrie::TokenTrie(std::vector<std::pair<int32_t, std::string>> tokens, int64_
 }
 
 TokenTrie TokenTrie::from_tokenizer(const Tokenizer& tokenizer, int64_t vocab_size) {
-  std::vector<char> added(static_cast<size_t>(std::max<int64_t>(vocab_size, tokenizer.id_limit())), 0);
-  for (const AddedToken& t : tokenizer.added_tokens())
-    if (t.id >= 0 && static_cast<size_t>(t.id) < added.size()) added[static_cast<size_t>(t.id)] = 1;
   std::vector<std::pair<int32_t, std::string>> tokens;
   const int32_t limit = static_cast<int32_t>(std::min<int64_t>(vocab_size, tokenizer.id_limit()));
   for (int32_t id = 0; id < limit; ++id)
-    if (!added[static_cast<size_t>(id)] && tokenizer.has_token(id))
+    if (tokenizer.has_token(id) && !tokenizer.is_control(id))
       tokens.emplace_back(id, std::string(tokenizer.token_bytes(id)));
   return TokenTrie(std::move(tokens), vocab_size);
 }

@@ -1,9 +1,11 @@
 // The vocabulary as a byte trie: tokens that share a prefix share the path to it, so a mask walk
 // advances the grammar over each distinct prefix once.
 //
-// Built once per tokenizer from every ordinary (non-added) token's raw bytes; added tokens
-// (<|im_end|>, <think>, <tool_call>, ...) are control markup and never part of constrained
-// text. A node's children are contiguous and sorted by byte.
+// Built once per tokenizer from the raw bytes of every token that is text: the ordinary tokens
+// and the markup tags (<tool_call>, <think>, ...), which the tokenizer always writes as their own
+// ids, so a tool call's constrained markup is the tokens the model knows. Control tokens
+// (<|im_end|> and the rest) are never constrained text. A node's children are contiguous and
+// sorted by byte.
 //
 // Tested in tests/constrain/token_mask_test.cpp.
 #pragma once

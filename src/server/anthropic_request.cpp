@@ -155,8 +155,11 @@ ojson read_messages(const ojson& body) {
   return out;
 }
 
-// The tools in the template's (OpenAI) form, or null when none may be called.
-ojson read_tools(const ojson& body, bool* parallel) {
+// The tools in the template's (OpenAI) form, or null when none may be called; the tool_choice,
+// and whether a tool asks for strict arguments.
+ojson read_tools(const ojson& body, bool* parallel, ToolChoice& choice_out, bool& strict) {
+  strict = false;
+  choice_out = {};
   const ojson* tools = field(body, "tools");
   ojson out = ojson::array();
   if (tools != nullptr) {
@@ -173,10 +176,7 @@ ojson read_tools(const ojson& body, bool* parallel) {
       const ojson* schema = field(t, "input_schema");
       if (schema == nullptr || !schema->is_object())
         throw invalid_request(p + ".input_schema must be a JSON Schema object", p + ".input_schema");
-      if (get_bool(t, "strict").value_or(false))
-        throw invalid_request(p + ".strict: strict tool schemas need constrained decoding, which this server "
-                                  "does not have",
-                              p + ".strict");
+      strict |= get_bool(t, "strict").value_or(false);
       ojson function = {{"name", *name}};
       if (const auto description = get_string(t, "description")) function["description"] = *description;
       function["parameters"] = *schema;
@@ -188,12 +188,16 @@ ojson read_tools(const ojson& body, bool* parallel) {
     if (!choice->is_object()) wrong_type("tool_choice", "an object", *choice);
     const auto type = get_string(*choice, "type");
     if (type == "none") return nullptr;
-    if (type == "any" || type == "tool")
-      throw invalid_request(
-          "tool_choice \"" + *type + "\" is not supported (it needs constrained decoding); use \"auto\"",
-          "tool_choice.type");
-    if (type != "auto")
+    if (type == "any") {
+      choice_out.mode = ToolChoice::Mode::kRequired;
+    } else if (type == "tool") {
+      const auto name = get_string(*choice, "name");
+      if (!name || name->empty())
+        throw invalid_request("tool_choice.name must name the tool to call", "tool_choice.name");
+      choice_out = {ToolChoice::Mode::kNamed, *name};
+    } else if (type != "auto") {
       throw invalid_request("tool_choice.type must be auto, any, tool or none", "tool_choice.type");
+    }
     *parallel = !get_bool(*choice, "disable_parallel_tool_use").value_or(false);
   }
   return out.empty() ? ojson() : out;
@@ -217,10 +221,11 @@ ojson read_kwargs(const ojson& body, const RequestDefaults& d) {
   return kwargs;
 }
 
-ChatTemplateInput read_conversation(const ojson& body, const RequestDefaults& d, bool* parallel) {
+ChatTemplateInput read_conversation(const ojson& body, const RequestDefaults& d, bool* parallel,
+                                    ToolChoice& choice, bool& strict) {
   ChatTemplateInput in;
   in.messages = read_messages(body);
-  in.tools = read_tools(body, parallel);
+  in.tools = read_tools(body, parallel, choice, strict);
   in.kwargs = read_kwargs(body, d);
   return in;
 }
@@ -230,8 +235,12 @@ ChatTemplateInput read_conversation(const ojson& body, const RequestDefaults& d,
 CompletionRequest parse_messages_request(const ojson& body, const RequestDefaults& d) {
   CompletionRequest r;
   r.chat = true;
-  r.conversation = read_conversation(body, d, &r.parallel_tool_calls);
+  ToolChoice choice;
+  bool strict = false;
+  r.conversation = read_conversation(body, d, &r.parallel_tool_calls, choice, strict);
   r.tool_calls = !r.conversation.tools.is_null();
+  r.constraint = tool_constraint(r.conversation.tools, choice, strict, r.parallel_tool_calls,
+                                 strict && choice.mode == ToolChoice::Mode::kAuto ? "tools" : "tool_choice");
   r.reasoning_format = ReasoningFormat::kParsed;
   r.sampling = default_sampling(d);
   SamplingParams& s = r.sampling;
@@ -256,8 +265,9 @@ CompletionRequest parse_messages_request(const ojson& body, const RequestDefault
 }
 
 ChatTemplateInput parse_count_tokens_request(const ojson& body, const RequestDefaults& d) {
-  bool parallel = true;
-  return read_conversation(body, d, &parallel);
+  bool parallel = true, strict = false;
+  ToolChoice choice;  // counting does not depend on it
+  return read_conversation(body, d, &parallel, choice, strict);
 }
 
 }  // namespace qwick

@@ -6,15 +6,17 @@
 // messages, where an assistant turn's `thinking` blocks become its reasoning_content and its
 // `tool_use` blocks its tool_calls, and a user turn's `tool_result` blocks become tool messages
 // (before the turn's other text; `is_error` prefixes the result with "Error: "); `tools`
-// (name, description, input_schema) -> function tools; `tool_choice` auto (and
-// disable_parallel_tool_use) or none; `thinking` enabled / adaptive / disabled -> the template's
+// (name, description, input_schema) -> function tools; `tool_choice` auto, any (a call is
+// required), tool (that tool is called) or none, with disable_parallel_tool_use; `strict` tools
+// and a forced call are output constraints (server/constraint_request.h: tool_constraint);
+// `thinking` enabled / adaptive / disabled -> the template's
 // enable_thinking (absent: the server's default); `stop_sequences`, `max_tokens`, `temperature`,
 // `top_p`, `top_k`; `metadata` is accepted and unused.
 //
 // Refused with a 400 naming the field: content blocks other than text, thinking,
 // redacted_thinking, tool_use and tool_result (images, documents, server tool results), tools that
-// are not custom tools (Anthropic's server tools), `tool_choice` any / tool and `strict` tools
-// (they need constrained decoding), a tool_result whose tool_use_id no earlier assistant turn
+// are not custom tools (Anthropic's server tools), a tool schema the constraint cannot enforce
+// (when it is strict or a call is forced), a tool_result whose tool_use_id no earlier assistant turn
 // issued, tool_use input that is not an object.
 //
 // Tested in tests/server/anthropic_messages_test.cpp.

@@ -50,14 +50,33 @@ RequestedConstraint from_response_format(const ojson& f) {
 
 }  // namespace
 
+void add_constraint(std::optional<RequestedConstraint>& constraint, std::optional<RequestedConstraint> more) {
+  if (!more) return;
+  if (constraint)
+    throw invalid_request(
+        fmt::format("{} and {} cannot both constrain the output; send one", constraint->param, more->param),
+        more->param);
+  constraint = std::move(more);
+}
+
+std::optional<RequestedConstraint> tool_constraint(const ojson& tools, const ToolChoice& choice, bool strict,
+                                                   bool parallel, const std::string& param) {
+  const bool forced = choice.mode == ToolChoice::Mode::kRequired || choice.mode == ToolChoice::Mode::kNamed;
+  const bool has_tools = tools.is_array() && !tools.empty();
+  if (forced && !has_tools)
+    throw invalid_request(fmt::format("{}: a call is required but no tools are declared", param), param);
+  if (!has_tools || choice.mode == ToolChoice::Mode::kNone || (!forced && !strict)) return std::nullopt;
+  ToolCallRule rule;
+  rule.tools = tools;
+  rule.name = choice.mode == ToolChoice::Mode::kNamed ? choice.name : "";
+  rule.parallel = parallel;
+  rule.text_first = !forced;
+  return RequestedConstraint{ConstraintSpec::tool_calls(rule), param};
+}
+
 std::optional<RequestedConstraint> read_constraint(const ojson& body) {
   std::optional<RequestedConstraint> out;
-  auto set = [&](RequestedConstraint c) {
-    if (out)
-      throw invalid_request(
-          fmt::format("{} and {} cannot both constrain the output; send one", out->param, c.param), c.param);
-    out = std::move(c);
-  };
+  auto set = [&](RequestedConstraint c) { add_constraint(out, std::move(c)); };
   if (const ojson* f = present(body, "response_format")) {
     if (!f->is_object()) throw invalid_request("response_format must be an object", "response_format");
     const ojson* type = present(*f, "type");

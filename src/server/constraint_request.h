@@ -5,6 +5,7 @@
 // "json_object", "schema": ...} (llama-server); llama-server's top-level `json_schema` (a schema)
 // and `grammar` (GBNF text). At most one of them per request. A schema or grammar the engine cannot
 // enforce is an ApiError 400 naming the keyword or the grammar error, with the field as param.
+// Every API's tool_choice (required, a named function) and strict tools: tool_constraint().
 //
 // Tested end to end in tests/node/server_constrained.mjs (each form, each refusal, ajv validation).
 #pragma once
@@ -14,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 
 #include "constrain/constraint_spec.h"
 #include "constrain/token_constraint.h"
@@ -28,6 +30,26 @@ struct RequestedConstraint {
 
 // nullopt when the request asks for free text.
 std::optional<RequestedConstraint> read_constraint(const nlohmann::ordered_json& body);
+
+// What a request's tool_choice asks for, in any API's terms.
+struct ToolChoice {
+  enum class Mode { kAuto, kNone, kRequired, kNamed };
+  Mode mode = Mode::kAuto;
+  std::string name;  // kNamed: the function
+};
+
+// The tool-call constraint of a chat request whose `tools` (the template's function tools, null
+// when none) may be called: under kRequired a call of one of them, under kNamed of that one, and
+// under kAuto with `strict` tools free text or calls whose arguments fit their schemas (every
+// tool's, as the grammar cannot tell a strict call from another before its name). nullopt when
+// nothing is forced. `param` names the request field for errors; throws ApiError 400 (a
+// required or named choice without tools, a name not among them).
+std::optional<RequestedConstraint> tool_constraint(const nlohmann::ordered_json& tools,
+                                                   const ToolChoice& choice, bool strict, bool parallel,
+                                                   const std::string& param);
+
+// `constraint` and `tools` both constraining the output: an ApiError 400 naming both.
+void add_constraint(std::optional<RequestedConstraint>& constraint, std::optional<RequestedConstraint> more);
 
 // Compiled grammars (cached) and the vocabulary trie (built on first use), shared by requests.
 class ConstraintCompiler {

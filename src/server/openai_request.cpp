@@ -207,9 +207,10 @@ ojson read_messages(const ojson& body) {
   return out;
 }
 
-// The tools the model may call (null when none): tools with tool_choice auto; tool_choice none
-// renders the conversation without them.
-ojson read_tools(const ojson& body) {
+// The tools the model may call (null when none), and the tool_choice: tool_choice none renders
+// the conversation without them; `strict` says a function asks for strict arguments.
+ojson read_tools(const ojson& body, ToolChoice& choice, bool& strict) {
+  strict = false;
   const ojson* tools = field(body, "tools");
   if (tools != nullptr) {
     if (!tools->is_array()) wrong_type("tools", "an array", *tools);
@@ -229,21 +230,32 @@ ojson read_tools(const ojson& body) {
         throw invalid_request(p + ".function.name must be a non-empty string", p + ".function.name");
       if (const ojson* params = field(*f, "parameters"); params != nullptr && !params->is_object())
         wrong_type(p + ".function.parameters", "a JSON Schema object", *params);
+      strict |= get_bool(*f, "strict").value_or(false);
     }
   }
-  if (const ojson* choice = field(body, "tool_choice")) {
-    if (choice->is_object())
-      unsupported("tool_choice",
-                  "a named tool_choice is not supported (tool calls are not constrained yet); use \"auto\"");
-    if (!choice->is_string()) wrong_type("tool_choice", "a string", *choice);
-    const std::string c = choice->get<std::string>();
-    if (c == "required")
-      unsupported(
-          "tool_choice",
-          "tool_choice \"required\" is not supported (tool calls are not constrained yet); use \"auto\"");
-    if (c == "none") return nullptr;
-    if (c != "auto")
-      throw invalid_request("tool_choice must be \"auto\" or \"none\", got \"" + c + "\"", "tool_choice");
+  choice = {};
+  if (const ojson* c = field(body, "tool_choice")) {
+    if (c->is_object()) {
+      const ojson* f = field(*c, "function");
+      const auto name = f != nullptr && f->is_object() ? get_string(*f, "name") : std::nullopt;
+      if (get_string(*c, "type") != "function" || !name || name->empty())
+        throw invalid_request(
+            "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": "
+            "{\"name\": ...}}",
+            "tool_choice");
+      choice = {ToolChoice::Mode::kNamed, *name};
+    } else {
+      if (!c->is_string()) wrong_type("tool_choice", "a string or an object", *c);
+      const std::string mode = c->get<std::string>();
+      if (mode == "required")
+        choice.mode = ToolChoice::Mode::kRequired;
+      else if (mode == "none")
+        return nullptr;
+      else if (mode != "auto")
+        throw invalid_request(
+            "tool_choice must be \"auto\", \"none\", \"required\" or a named function, got \"" + mode + "\"",
+            "tool_choice");
+    }
   }
   return tools != nullptr && !tools->empty() ? *tools : ojson();
 }
@@ -264,12 +276,12 @@ ojson read_kwargs(const ojson& body, const RequestDefaults& d) {
   return kwargs;
 }
 
-ChatTemplateInput read_conversation(const ojson& body, const RequestDefaults& d, bool* may_call_tools) {
+ChatTemplateInput read_conversation(const ojson& body, const RequestDefaults& d, ToolChoice& choice,
+                                    bool& strict) {
   ChatTemplateInput in;
   in.messages = read_messages(body);
-  in.tools = read_tools(body);
+  in.tools = read_tools(body, choice, strict);
   in.kwargs = read_kwargs(body, d);
-  if (may_call_tools != nullptr) *may_call_tools = !in.tools.is_null();
   return in;
 }
 
@@ -309,7 +321,10 @@ CompletionRequest parse_chat_request(const ojson& body, const RequestDefaults& d
   refuse_unsupported(body);
   CompletionRequest r;
   r.chat = true;
-  r.conversation = read_conversation(body, d, &r.tool_calls);
+  ToolChoice choice;
+  bool strict = false;
+  r.conversation = read_conversation(body, d, choice, strict);
+  r.tool_calls = !r.conversation.tools.is_null();
   r.parallel_tool_calls = get_bool(body, "parallel_tool_calls").value_or(true);
   r.reasoning_format = d.reasoning_format;
   if (const auto f = get_string(body, "reasoning_format")) {
@@ -323,6 +338,9 @@ CompletionRequest parse_chat_request(const ojson& body, const RequestDefaults& d
   }
   read_sampling(body, d, r);
   r.constraint = read_constraint(body);
+  add_constraint(r.constraint,
+                 tool_constraint(r.conversation.tools, choice, strict, r.parallel_tool_calls,
+                                 strict && choice.mode == ToolChoice::Mode::kAuto ? "tools" : "tool_choice"));
   r.logprobs = get_bool(body, "logprobs").value_or(false);
   if (const auto top = get_integer(body, "top_logprobs", 0, 20)) {
     if (!r.logprobs) throw invalid_request("top_logprobs needs logprobs: true", "top_logprobs");
@@ -378,7 +396,9 @@ CompletionRequest parse_completion_request(const ojson& body, const RequestDefau
 }
 
 ChatTemplateInput parse_template_request(const ojson& body, const RequestDefaults& d) {
-  ChatTemplateInput in = read_conversation(body, d, nullptr);
+  ToolChoice choice;  // the template does not depend on it
+  bool strict = false;
+  ChatTemplateInput in = read_conversation(body, d, choice, strict);
   in.add_generation_prompt = get_bool(body, "add_generation_prompt").value_or(true);
   return in;
 }

@@ -4,9 +4,10 @@
 // Accepted: the OpenAI fields and the llama-server / vLLM extensions users send (top_k, min_p,
 // repetition_penalty / repeat_penalty, repeat_last_n, n_predict, chat_template_kwargs,
 // reasoning_format, cache_prompt; `reasoning` on incoming assistant messages), and the output
-// constraints of server/constraint_request.h (response_format, json_schema, grammar). A field the
-// server cannot honour (n > 1, images, tool_choice required or named, legacy functions, audio,
-// echo, suffix, best_of) is an ApiError 400 that says so, never silently ignored; the same holds
+// constraints of server/constraint_request.h (response_format, json_schema, grammar; tool_choice
+// required or a named function and strict functions). A field the server cannot honour (n > 1,
+// images, legacy functions, audio, echo, suffix, best_of) is an ApiError 400 that says so, never
+// silently ignored; the same holds
 // for the sampler and constraint fields of other servers that qwick lacks (guided_*, mirostat,
 // ...: unsupported_fields.h). Null counts as absent. Request fields win over the server's
 // defaults, which come from its command line, else the model's generation_config.json.

@@ -11,11 +11,6 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-[[noreturn]] void needs_constraints(const std::string& what, const std::string& param) {
-  throw invalid_request(
-      what + " is not supported: it needs constrained decoding, which this server does not have", param);
-}
-
 // A message item's text: a string, or input_text / output_text parts.
 std::string message_text(const ojson& content, const std::string& param) {
   if (content.is_string()) return content.get<std::string>();
@@ -155,8 +150,12 @@ class Conversation {
   std::string pending_reasoning_;
 };
 
-ojson read_tools(const ojson& body, bool& may_call) {
+// The tools the model may call (null when none), the tool_choice, and whether a tool asks for
+// strict arguments.
+ojson read_tools(const ojson& body, bool& may_call, ToolChoice& choice, bool& strict) {
   ojson out = ojson::array();
+  strict = false;
+  choice = {};
   if (const ojson* tools = field(body, "tools")) {
     if (!tools->is_array()) wrong_type("tools", "an array", *tools);
     for (size_t i = 0; i < tools->size(); ++i) {
@@ -173,8 +172,7 @@ ojson read_tools(const ojson& body, bool& may_call) {
       const ojson* params = field(t, "parameters");
       if (params != nullptr && !params->is_object())
         wrong_type(p + ".parameters", "a JSON Schema object", *params);
-      if (get_bool(t, "strict").value_or(false))
-        needs_constraints("strict: true (a strict function schema)", p + ".strict");
+      strict |= get_bool(t, "strict").value_or(false);
       ojson function = {{"name", *name}};
       if (const auto d = get_string(t, "description")) function["description"] = *d;
       function["parameters"] = params ? *params : ojson::object();
@@ -182,14 +180,25 @@ ojson read_tools(const ojson& body, bool& may_call) {
     }
   }
   may_call = !out.empty();
-  if (const ojson* choice = field(body, "tool_choice")) {
-    if (choice->is_object()) needs_constraints("a named or restricted tool_choice", "tool_choice");
-    if (!choice->is_string()) wrong_type("tool_choice", "a string", *choice);
-    if (*choice == "required") needs_constraints("tool_choice \"required\"", "tool_choice");
-    if (*choice == "none")
-      may_call = false;
-    else if (*choice != "auto")
-      throw invalid_request("tool_choice must be auto, none or required", "tool_choice");
+  if (const ojson* c = field(body, "tool_choice")) {
+    if (c->is_object()) {
+      const auto name = get_string(*c, "name");
+      if (get_string(*c, "type") != "function" || !name || name->empty())
+        throw invalid_request(
+            "tool_choice must be auto, none, required or {\"type\": \"function\", \"name\": ...} "
+            "(allowed_tools "
+            "and built-in tools are not supported)",
+            "tool_choice");
+      choice = {ToolChoice::Mode::kNamed, *name};
+    } else {
+      if (!c->is_string()) wrong_type("tool_choice", "a string or an object", *c);
+      if (*c == "required")
+        choice.mode = ToolChoice::Mode::kRequired;
+      else if (*c == "none")
+        may_call = false;
+      else if (*c != "auto")
+        throw invalid_request("tool_choice must be auto, none, required or a named function", "tool_choice");
+    }
   }
   return out.empty() || !may_call ? ojson() : out;
 }
@@ -202,14 +211,30 @@ void refuse_unsupported(const ojson& body) {
   if (field(body, "prompt") != nullptr) throw invalid_request("prompt templates are not supported", "prompt");
   if (get_integer(body, "top_logprobs", 0, 20).value_or(0) > 0)
     throw invalid_request("top_logprobs is not supported on /v1/responses", "top_logprobs");
-  if (const ojson* text = field(body, "text")) {
-    if (!text->is_object()) wrong_type("text", "an object", *text);
-    if (const ojson* format = field(*text, "format")) {
-      if (!format->is_object()) wrong_type("text.format", "an object", *format);
-      const auto type = get_string(*format, "type");
-      if (type && *type != "text") needs_constraints("text.format \"" + *type + "\"", "text.format");
-    }
+}
+
+// text.format: text (free), json_object, or json_schema {name, schema, strict} (flat, unlike Chat
+// Completions' response_format). Null when absent.
+const ojson* read_text_format(const ojson& body, std::optional<RequestedConstraint>& constraint) {
+  const ojson* text = field(body, "text");
+  if (text == nullptr) return nullptr;
+  if (!text->is_object()) wrong_type("text", "an object", *text);
+  const ojson* format = field(*text, "format");
+  if (format == nullptr) return nullptr;
+  if (!format->is_object()) wrong_type("text.format", "an object", *format);
+  const auto type = get_string(*format, "type");
+  if (type == "json_object") {
+    constraint = RequestedConstraint{ConstraintSpec::json_object(), "text.format"};
+  } else if (type == "json_schema") {
+    const ojson* schema = field(*format, "schema");
+    if (schema == nullptr || (!schema->is_object() && !schema->is_boolean()))
+      throw invalid_request("text.format.schema must be a JSON Schema", "text.format.schema");
+    get_bool(*format, "strict");  // type-checked; the schema is enforced either way
+    constraint = RequestedConstraint{ConstraintSpec::json_schema(*schema), "text.format"};
+  } else if (type != "text") {
+    throw invalid_request("text.format.type must be text, json_object or json_schema", "text.format.type");
   }
+  return format;
 }
 
 }  // namespace
@@ -248,8 +273,14 @@ ResponsesRequest parse_responses_request(const ojson& body, const RequestDefault
   if (!system.empty() || first > 0) messages.push_back({{"role", "system"}, {"content", system}});
   for (size_t i = first; i < r.history.size(); ++i) messages.push_back(r.history[i]);
   c.conversation.messages = std::move(messages);
-  c.conversation.tools = read_tools(body, c.tool_calls);
+  ToolChoice choice;
+  bool strict = false;
+  c.conversation.tools = read_tools(body, c.tool_calls, choice, strict);
   c.parallel_tool_calls = get_bool(body, "parallel_tool_calls").value_or(true);
+  const ojson* format = read_text_format(body, c.constraint);
+  add_constraint(c.constraint,
+                 tool_constraint(c.conversation.tools, choice, strict, c.parallel_tool_calls,
+                                 strict && choice.mode == ToolChoice::Mode::kAuto ? "tools" : "tool_choice"));
 
   c.conversation.kwargs = d.chat_template_kwargs;
   ojson reasoning = {{"effort", nullptr}, {"summary", nullptr}};
@@ -283,6 +314,7 @@ ResponsesRequest parse_responses_request(const ojson& body, const RequestDefault
   if (metadata != nullptr && !metadata->is_object()) wrong_type("metadata", "an object", *metadata);
 
   const ojson* tools = field(body, "tools");
+  const ojson* choice_sent = field(body, "tool_choice");
   r.echo = {
       {"instructions", instructions ? ojson(*instructions) : ojson()},
       {"max_output_tokens", max_output ? ojson(*max_output) : ojson()},
@@ -292,8 +324,8 @@ ResponsesRequest parse_responses_request(const ojson& body, const RequestDefault
       {"reasoning", reasoning},
       {"store", r.store},
       {"temperature", temperature},
-      {"text", {{"format", {{"type", "text"}}}}},
-      {"tool_choice", get_string(body, "tool_choice").value_or("auto")},
+      {"text", {{"format", format != nullptr ? *format : ojson{{"type", "text"}}}}},
+      {"tool_choice", choice_sent != nullptr ? *choice_sent : ojson("auto")},
       {"tools", tools ? *tools : ojson::array()},
       {"top_p", top_p},
       {"truncation", "disabled"}};

@@ -10,13 +10,15 @@
 // developer messages before the first other message become the one system message (the template
 // takes a system message only first). With `previous_response_id`, the stored conversation of that
 // response (its input and output, without its instructions) comes before `input`.
-// `tools` of type function -> the template's tools; `tool_choice` auto or none;
-// `parallel_tool_calls`; `reasoning.effort` none -> enable_thinking false (other efforts keep
-// thinking on); `max_output_tokens`, `temperature`, `top_p`; `text.format` text.
+// `tools` of type function -> the template's tools; `tool_choice` auto, none, required or a named
+// function; `parallel_tool_calls`; `reasoning.effort` none -> enable_thinking false (other
+// efforts keep thinking on); `max_output_tokens`, `temperature`, `top_p`; `text.format` text,
+// json_object or json_schema. A forced call, `strict` function tools and a JSON format are output
+// constraints (server/constraint_request.h), at most one per request.
 //
 // Refused with a 400 naming the field: other item, part and tool types (images, files, built-in
-// tools, item references), `tool_choice` required or a named tool, `strict` function tools and
-// `text.format` json_schema / json_object (they need constrained decoding), `background`,
+// tools, item references), `tool_choice` allowed_tools, a schema the constraint cannot enforce,
+// a JSON format together with a forced or strict tool call, `background`,
 // `conversation`, `prompt`, `top_logprobs`, a function_call_output whose call_id no earlier
 // function_call issued, arguments that are not a JSON object.
 //

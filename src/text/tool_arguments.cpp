@@ -86,6 +86,19 @@ bool fits(const ojson& value, const ojson& schema) {
 
 }  // namespace
 
+const ojson& resolve_local_ref(const ojson& root, const ojson& schema) {
+  const auto ref = schema.is_object() ? schema.find("$ref") : schema.end();
+  if (ref == schema.end() || !ref->is_string()) return schema;
+  const std::string& target = ref->get_ref<const std::string&>();
+  if (!target.starts_with("#")) return schema;
+  try {
+    const ojson::json_pointer pointer(target.substr(1));
+    return root.contains(pointer) ? root.at(pointer) : schema;
+  } catch (const ojson::exception&) {  // not a JSON pointer
+    return schema;
+  }
+}
+
 const ojson* find_parameter_schema(const ojson& tools, std::string_view function,
                                    std::string_view parameter) {
   const ojson* f = find_function(tools, function);
@@ -94,7 +107,7 @@ const ojson* find_parameter_schema(const ojson& tools, std::string_view function
   const auto props = params->find("properties");
   if (props == params->end() || !props->is_object()) return nullptr;
   const auto p = props->find(std::string(parameter));
-  return p == props->end() ? nullptr : &*p;
+  return p == props->end() ? nullptr : &resolve_local_ref(*params, *p);
 }
 
 std::string tool_call_mismatch(const ojson& tools, std::string_view function, const ojson& arguments) {
@@ -110,13 +123,20 @@ std::string tool_call_mismatch(const ojson& tools, std::string_view function, co
       if (closed) return "argument \"" + key + "\" is not declared";
       continue;
     }
-    if (!fits(value, (*props)[key])) return "argument \"" + key + "\" does not fit its schema";
+    if (!fits(value, resolve_local_ref(*params, (*props)[key])))
+      return "argument \"" + key + "\" does not fit its schema";
   }
   if (const auto required = params->find("required"); required != params->end() && required->is_array())
     for (const auto& name : *required)
       if (name.is_string() && !arguments.contains(name.get<std::string>()))
         return "required argument " + name.dump() + " is missing";
   return {};
+}
+
+std::set<std::string> parameter_types(const ojson& schema) {
+  std::set<std::string> types;
+  collect_types(schema, types);
+  return types;
 }
 
 ojson convert_parameter(std::string_view text, const ojson* schema) {

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <set>
+#include <string>
 #include <string_view>
 
 namespace qwick {
@@ -22,6 +24,15 @@ const nlohmann::ordered_json* find_parameter_schema(const nlohmann::ordered_json
                                                     std::string_view function, std::string_view parameter);
 
 nlohmann::ordered_json convert_parameter(std::string_view text, const nlohmann::ordered_json* schema);
+
+// `schema`, or where it is a local reference ({"$ref": "#/..."}) the schema in `root` it points to
+// (one level): tools generated from typed code refer to their $defs for nested types.
+const nlohmann::ordered_json& resolve_local_ref(const nlohmann::ordered_json& root,
+                                                const nlohmann::ordered_json& schema);
+
+// The types convert_parameter() reads a value of `schema` as (as above: "type", else the members
+// of anyOf/oneOf, else the kinds of enum/const values); empty when the schema names none.
+std::set<std::string> parameter_types(const nlohmann::ordered_json& schema);
 
 // Why a call of `function` with `arguments` (an object) does not fit the `tools` list: the
 // function is not declared, an argument has a type (or enum value) its schema does not allow, a

@@ -116,7 +116,16 @@ TEST(JsonSchema, EnumConstAndCombinators) {
   EXPECT_FALSE(full_match(one, R"({"a":1})"));
   EXPECT_TRUE(full_match(schema(R"({"oneOf":[{"type":"string"},{"type":"integer"}]})"), "7"));
   expect_refused(R"({"oneOf":[{"type":"number"},{"type":"integer"}]})", "oneOf");
-  expect_refused(R"({"type":"object","oneOf":[{"required":["a"]},{"required":["b"]}]})", "oneOf");
+  // Objects that may overlap, where what is written for each branch fails the other: a branch
+  // writes only its own properties, so it lacks the property the other requires.
+  const auto written = schema(R"({"type":"object","oneOf":[{"required":["a"]},
+                                  {"properties":{"b":{"type":"integer"}},"required":["b"]}]})");
+  EXPECT_TRUE(full_match(written, R"({"a":1})"));
+  EXPECT_TRUE(full_match(written, R"({"b":2})"));
+  EXPECT_FALSE(full_match(written, R"({"a":1,"b":2})"));
+  EXPECT_FALSE(full_match(written, R"({"c":1})"));
+  expect_refused(R"({"type":"object","oneOf":[{"properties":{"a":{}}},{"properties":{"b":{}}}]})", "oneOf");
+  expect_refused(R"({"type":"object","oneOf":[{"required":["a"]},{"required":["a"]}]})", "oneOf");
 }
 
 TEST(JsonSchema, RecursiveReferences) {
@@ -155,7 +164,19 @@ TEST(JsonSchema, StringLengthsFormatsAndPatterns) {
   // Lengths beside a pattern: kept where the pattern implies them.
   EXPECT_TRUE(full_match(schema(R"({"pattern":"^[a-z]{2,4}$","minLength":1,"maxLength":4})"), "\"abc\""));
   expect_refused(R"({"pattern":"^[a-z]{2,4}$","maxLength":3})", "maxLength");
-  expect_refused(R"({"pattern":"[a-z]","maxLength":3})", "maxLength");
+  // Unbounded repetitions and unanchored ends are bounded to fit a maxLength.
+  const auto capped = schema(R"({"pattern":"[a-z]","maxLength":3})");
+  EXPECT_TRUE(full_match(capped, "\"1a2\""));
+  EXPECT_FALSE(full_match(capped, "\"11a2\""));
+  const auto word = schema(R"({"type":"string","pattern":"^[a-z]+$","maxLength":5})");
+  EXPECT_TRUE(full_match(word, "\"abcde\""));
+  EXPECT_FALSE(full_match(word, "\"abcdef\""));
+  EXPECT_FALSE(full_match(word, "\"\""));
+  // One bound for every repetition: the largest that keeps all of them within the length.
+  const auto words = schema(R"({"type":"string","pattern":"^[a-z]+(-[a-z]+)*$","maxLength":5})");
+  EXPECT_TRUE(full_match(words, "\"a-b\""));
+  EXPECT_FALSE(full_match(words, "\"a-b-c\""));
+  expect_refused(R"({"pattern":"^[a-z]{4}x+$","maxLength":4})", "maxLength");
   expect_refused(R"({"pattern":"^(ab|c)+$","minLength":2})", "minLength");
   EXPECT_TRUE(full_match(schema(R"({"pattern":"^(ab|cd)+$","minLength":2})"), "\"abcd\""));
   const auto alt = schema(R"({"pattern":"^(cat|dog)s?$|^[0-9]{3}$"})");
@@ -205,6 +226,34 @@ TEST(JsonSchema, PatternPropertiesOnlyWhereNoDeclaredNameMatches) {
       R"({"properties":{"x12":{"type":"integer"}},"patternProperties":{"^x[0-9]+$":{"type":"string"}}})",
       "patternProperties");
   expect_refused(R"x({"properties":{"a":{}},"patternProperties":{"(?=a)":{}}})x", "patternProperties");
+  // An object open to any property: the names written match the one pattern, its schema the values.
+  const auto open = schema(R"({"type":"object","patternProperties":{"^x-[a-z]+$":{"type":"integer"}}})");
+  EXPECT_TRUE(full_match(open, R"({"x-ab":1,"x-c":2})"));
+  EXPECT_TRUE(full_match(open, "{}"));
+  EXPECT_FALSE(full_match(open, R"({"y":1})"));
+  EXPECT_FALSE(full_match(open, R"({"x-ab":"s"})"));
+  // Several patterns (a name may match two): no property is written.
+  const auto several = schema(R"({"type":"object","patternProperties":{"^x":{"type":"integer"},"y$":{}}})");
+  EXPECT_TRUE(full_match(several, "{}"));
+  EXPECT_FALSE(full_match(several, R"({"xy":1})"));
+  expect_refused(R"({"type":"object","minProperties":1,"patternProperties":{"^x":{},"y":{}}})",
+                 "minProperties");
+}
+
+TEST(JsonSchema, LengthsBesideAFormatWhereTheFormatKeepsThem) {
+  const auto uuid = schema(R"({"type":"string","format":"uuid","minLength":36,"maxLength":36})");
+  EXPECT_TRUE(full_match(uuid, R"("123e4567-e89b-12d3-a456-426614174000")"));
+  EXPECT_TRUE(
+      full_match(schema(R"({"type":"string","format":"uri","maxLength":255})"), R"("https://a.io/x")"));
+  expect_refused(R"({"type":"string","format":"email","maxLength":50})", "maxLength");
+  expect_refused(R"({"type":"string","format":"date","minLength":11})", "minLength");
+}
+
+TEST(JsonSchema, UniqueItemsByWritingOneAtMost) {
+  const auto unique = schema(R"({"type":"array","items":{"type":"integer"},"uniqueItems":true})");
+  EXPECT_TRUE(full_match(unique, "[]"));
+  EXPECT_TRUE(full_match(unique, "[3]"));
+  EXPECT_FALSE(full_match(unique, "[3,4]"));
 }
 
 TEST(JsonSchema, WhitespaceIsBounded) {
@@ -218,9 +267,8 @@ TEST(JsonSchema, WhitespaceIsBounded) {
 TEST(JsonSchema, RefusesWhatItCannotEnforce) {
   expect_refused(R"({"not":{"type":"string"}})", "not");
   expect_refused(R"({"type":"object","if":{},"then":{}})", "if");
-  expect_refused(R"({"type":"array","uniqueItems":true})", "uniqueItems");
+  expect_refused(R"({"type":"array","uniqueItems":true,"minItems":2})", "uniqueItems");
   expect_refused(R"({"type":"number","multipleOf":3})", "multipleOf");
-  expect_refused(R"({"patternProperties":{"^x":{}}})", "patternProperties");
   expect_refused(R"({"$ref":"other.json#/a"})", "$ref");
   expect_refused(R"({"$ref":"#/nowhere"})", "$ref");
   expect_refused(R"({"type":"integer","minimum":5,"maximum":2})", "minimum");

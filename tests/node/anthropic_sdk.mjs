@@ -100,10 +100,10 @@ await t.section("stop sequences and thinking disabled", async () => {
 
 await t.section("errors are the SDK's typed errors", async () => {
   const err = async (p) => p.then(() => null, (e) => e);
-  let e = await err(client.messages.create({ ...request("x"), tool_choice: { type: "any" } }));
-  t.ok(e instanceof Anthropic.BadRequestError, "tool_choice any: BadRequestError", e?.constructor?.name);
+  let e = await err(client.messages.create({ ...request("x"), tool_choice: { type: "tool" } }));
+  t.ok(e instanceof Anthropic.BadRequestError, "tool_choice tool without a name: BadRequestError", e?.constructor?.name);
   t.eq(e?.error?.error?.type, "invalid_request_error", "error type");
-  t.ok(/constrained decoding/.test(e?.error?.error?.message), "message says why", e?.error?.error?.message);
+  t.ok(/tool_choice.name/.test(e?.error?.error?.message), "message says why", e?.error?.error?.message);
   e = await err(client.messages.create({ ...request("x"), messages: [{ role: "user", content: [
     { type: "tool_result", tool_use_id: "toolu_missing", content: "r" }] }] }));
   t.ok(e instanceof Anthropic.BadRequestError && /no earlier assistant tool_use/.test(e.error.error.message),

@@ -89,10 +89,10 @@ await t.section("a function-call loop by previous_response_id and by passing the
 
 await t.section("refusals are the SDK's typed errors", async () => {
   const err = (p) => p.then(() => null, (e) => e);
-  let e = await err(client.responses.create(request("x", { tool_choice: "required" })));
-  t.ok(e instanceof OpenAI.BadRequestError && e.param === "tool_choice", "tool_choice required", e?.message);
-  e = await err(client.responses.create(request("x", { text: { format: { type: "json_schema", name: "x", schema: {} } } })));
-  t.ok(e instanceof OpenAI.BadRequestError && e.param === "text.format", "json_schema", e?.message);
+  let e = await err(client.responses.create(request("x", { tool_choice: { type: "allowed_tools", mode: "auto", tools: [] } })));
+  t.ok(e instanceof OpenAI.BadRequestError && e.param === "tool_choice", "tool_choice allowed_tools", e?.message);
+  e = await err(client.responses.create(request("x", { text: { format: { type: "json_schema", name: "x" } } })));
+  t.ok(e instanceof OpenAI.BadRequestError && e.param === "text.format.schema", "json_schema without a schema", e?.message);
   e = await err(client.responses.create(request("x", { previous_response_id: "resp_unknown" })));
   t.ok(e instanceof OpenAI.BadRequestError && e.param === "previous_response_id", "unknown previous_response_id", e?.message);
 });

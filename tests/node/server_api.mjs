@@ -236,8 +236,9 @@ await t.section("errors", async () => {
             400, "response_format");
   await err({ ...greedy, messages: user("x"), response_format: { type: "xml" } }, 400, "response_format");
   const tools = [{ type: "function", function: { name: "f", parameters: { type: "object", properties: {} } } }];
-  await err({ ...greedy, messages: user("x"), tools, tool_choice: "required" }, 400, "tool_choice");
-  await err({ ...greedy, messages: user("x"), tools, tool_choice: { type: "function", function: { name: "f" } } }, 400, "tool_choice");
+  await err({ ...greedy, messages: user("x"), tool_choice: "required" }, 400, "tool_choice");
+  await err({ ...greedy, messages: user("x"), tools, tool_choice: { type: "function", function: { name: "g" } } }, 400, "tool_choice");
+  await err({ ...greedy, messages: user("x"), tools, tool_choice: { type: "function" } }, 400, "tool_choice");
   await err({ ...greedy, messages: user("x"), tools: [{ type: "retrieval" }] }, 400, "tools[0].type");
   await err({ ...greedy, messages: user("x"), logit_bias: { 99999: 1 } }, 400, "logit_bias.99999");
   await err({ ...greedy, messages: user("x"), top_logprobs: 2 }, 400, "top_logprobs");

@@ -128,7 +128,7 @@ await t.section("refusals name the keyword or the grammar error", async () => {
     t.ok((r.json?.error?.message ?? "").includes(fragment), `message names ${fragment}`, r.json?.error?.message);
   };
   await refused(chat({ response_format: schemaFormat({ type: "object", properties: { a: { not: { type: "null" } } } }) }), "response_format", "'not'");
-  await refused(chat({ response_format: schemaFormat({ type: "array", uniqueItems: true }) }), "response_format", "'uniqueItems'");
+  await refused(chat({ response_format: schemaFormat({ type: "array", uniqueItems: true, minItems: 2 }) }), "response_format", "'uniqueItems'");
   await refused(chat({ response_format: schemaFormat({ type: "string", pattern: "(a)\\1" }) }), "response_format", "'pattern'");
   await refused(chat({ json_schema: { $ref: "https://example.com/s.json" } }), "json_schema", "'$ref'");
   await refused({ prompt: "x", grammar: "root ::= (" }, "grammar", "syntax error", "/v1/completions");
