@@ -52,9 +52,9 @@ struct BackendOptions {
   int threads = 0;                    // CPU worker threads, 0 = one per core
   int64_t max_context = 0;            // 0 = the model's max_position_embeddings
   KvDtype kv_dtype = KvDtype::kBF16;  // attention KV cache element type (the CUDA backend: bf16 or q8)
-  // f32 activations in every decode matrix product (the reference numerics). Off, the CPU's products
-  // against 4-bit weights quantize the activation to int8 per 64 values and the CUDA decode's to
-  // int16 per 32 (decode's fast paths).
+  // f32 activations in every matrix product (the reference numerics). Off, the CPU's decode products
+  // against 4-bit weights quantize the activation per 64 values to 15 bits in two int8 parts, its
+  // prefill products run on bf16 operands (docs/cpu.md), and the CUDA decode's take int16 per 32.
   bool exact = false;
   // Debug switches of the CUDA backend, comma separated (backend/cuda/cuda_options.h lists them;
   // unknown names are an error there). Ignored by the CPU backend.

@@ -1,4 +1,4 @@
-// The int8-activation matvec (matmul_i8.h): the SIMD kernels against the plain reference (the same
+// The two-part int8-activation matvec (matmul_i8.h): the SIMD kernels against the plain reference (the same
 // integer sums, so they may differ only by f32 rounding), and the reference against the f32 matmul
 // within the bound the activation rounding allows: |Δy_r| <= Σ_i |w_ri| · d_b(i) / 2.
 #include <gtest/gtest.h>
@@ -120,7 +120,7 @@ TEST(MatmulI8, QuantizersAgree) {
       SCOPED_TRACE(std::string(simd_level_name(level)) + " cols " + std::to_string(cols));
       AlignedBuffer<float> storage(i8_activation_floats(cols));
       const I8Activation got = i8_quantizer(level)(x.data(), cols, storage.data());
-      ASSERT_EQ(std::memcmp(got.q, want.q, static_cast<size_t>(cols)), 0);
+      ASSERT_EQ(std::memcmp(got.q, want.q, static_cast<size_t>(2 * cols)), 0);  // both parts
       for (int64_t b = 0; b < cols / 64; ++b) {
         EXPECT_EQ(got.d[b], want.d[b]);
         double mag = 0;

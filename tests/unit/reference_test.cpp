@@ -4,6 +4,7 @@
 // size gives the same logits; every SIMD level passes).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -146,33 +147,56 @@ TEST(Reference, Mlx4FixturesAsShipped) {
   }
 }
 
-// The default CPU decode quantizes activations to int8 for products with 4-bit weights
-// (matmul_i8.h). These random-weight fixtures amplify small perturbations (4-bit weights alone move
-// the logits by up to ~3), so the bound is loose: measured 5.8e-2 and 92 % top-1 on small, against
-// 1.1e-2 and 99.3 % exact.
-TEST(Reference, FastDecodeStaysCloseToTheReference) {
-  const Fixture fx("small");
-  const auto model = load_model(test::fixture("small/mlx4"));
-  RunSpec run;
-  run.exact = false;
-  run.kv = KvDtype::kBF16;
-  run.decode_from = 1;  // every position through the decode path
-  const auto logits = logits_of(*model, fx.tokens, run);
-  EXPECT_LT(rel_err(logits, fx.logits_mlx4.data), 0.1);
-  expect_top1_where_clear(logits, fx.logits_mlx4.data, model->config.vocab_size, 0.25f);
+// Share of positions whose argmax agrees with the reference's.
+double top1_agreement(const std::vector<float>& a, const std::vector<float>& ref, int64_t V) {
+  const int64_t T = static_cast<int64_t>(ref.size()) / V;
+  int64_t agree = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const auto row = [&](const std::vector<float>& v) { return v.begin() + t * V; };
+    agree +=
+        std::max_element(row(a), row(a) + V) - row(a) == std::max_element(row(ref), row(ref) + V) - row(ref);
+  }
+  return static_cast<double>(agree) / static_cast<double>(T);
 }
 
-// Fast prefill runs bf16 operands where the CPU has AVX-512 BF16 (matmul_bf16.h).
-TEST(Reference, FastPrefillStaysCloseToTheReference) {
-  const Fixture fx("small");
-  const auto model = load_model(test::fixture("small/mlx4"));
-  RunSpec run;
-  run.exact = false;
-  run.kv = KvDtype::kBF16;
-  run.chunk = 64;
-  const auto logits = logits_of(*model, fx.tokens, run);
-  EXPECT_LT(rel_err(logits, fx.logits_mlx4.data), 0.1);
-  expect_top1_where_clear(logits, fx.logits_mlx4.data, model->config.vocab_size, 0.25f);
+// The fast defaults (bf16 KV cache; bf16 prefill products, two-part int8 decode products; see
+// docs/cpu.md) keep the reference's top-1 token at >= 95 % of positions and its logits within 3e-2
+// relative, through one prefill and through decode from the first token on. The bf16 layouts are
+// compared with the transformers logits; the MLX layouts with the exact path on the same files,
+// since the stored logits_mlx4 were computed from unrounded norms (TinyMlx4QuantizedPathIsExact
+// ties the exact path to them). One case misses the error target: on tiny/hf the bf16 prefill
+// rounding flips one token's expert choice at a near-tie (position 52 alone carries 57 % relative
+// error and most of the total, measured 6.9e-2, top-1 99 %); its bound says so.
+TEST(Reference, FastPathsKeepTheReferenceTop1AndError) {
+  struct Case {
+    const char* dir;
+    bool mlx;
+    double prefill_bound = 3e-2;
+  };
+  for (const Case& c : {Case{"tiny/hf", false, 8e-2}, Case{"tiny/hf-perexpert", false, 8e-2},
+                        Case{"tiny/mlx4", true}, Case{"small/mlx4", true}}) {
+    SCOPED_TRACE(c.dir);
+    const Fixture fx(std::string(c.dir).substr(0, std::string(c.dir).find('/')));
+    const auto model = load_model(test::fixture(c.dir));
+    const int64_t V = model->config.vocab_size;
+    const auto exact = logits_of(*model, fx.tokens, {});
+    if (!c.mlx) {
+      EXPECT_LT(rel_err(exact, fx.logits.data), 1e-5);
+    }
+    const std::vector<float>& ref = c.mlx ? exact : fx.logits.data;
+    RunSpec prefill;
+    prefill.exact = false;
+    prefill.kv = KvDtype::kBF16;
+    prefill.chunk = 64;
+    RunSpec decode = prefill;
+    decode.decode_from = 1;
+    const auto fast_prefill = logits_of(*model, fx.tokens, prefill),
+               fast_decode = logits_of(*model, fx.tokens, decode);
+    EXPECT_LE(rel_err(fast_prefill, ref), c.prefill_bound) << "prefill";
+    EXPECT_GE(top1_agreement(fast_prefill, ref, V), 0.95) << "prefill";
+    EXPECT_LE(rel_err(fast_decode, ref), 3e-2) << "decode";
+    EXPECT_GE(top1_agreement(fast_decode, ref, V), 0.95) << "decode";
+  }
 }
 
 // The q8 KV cache (kv_q8.h) with every other step exact: measured 8.7e-4 against the transformers

@@ -1,7 +1,7 @@
-// AVX2 int8-activation matvec over MLX 4-bit rows (see matmul_i8.h): per 64-element block, nibble
-// split, two u8 x s8 maddubs into s16 (at most 2·15·127·2 = 7620 after the add, no overflow), madd
-// to s32, convert and one FMA with the block's combined scale. Two rows at a time. Checked against
-// matmul_i8_rows_reference.
+// AVX2 two-part int8-activation matvec over MLX 4-bit rows (see matmul_i8.h): per 64-element block,
+// nibble split; per part two u8 x s8 maddubs into s16 (at most 2·15·127·2 = 7620 after the add, no
+// overflow) and a madd to s32; the hi sums shifted by 7 plus the lo sums, converted, and one FMA with
+// the block's combined scale. Two rows at a time. Checked against matmul_i8_rows_reference.
 #include <immintrin.h>
 
 #include "kernels/matmul/matmul_i8.h"
@@ -28,15 +28,23 @@ inline int64_t even_offset(int64_t b, int64_t n_blocks) {
   return b + 1 < n_blocks ? (b / 2) * 128 : b * 64;
 }
 
-// One block's integer dot, FMA'd with its combined scale.
-inline __m256 block_fma(const uint8_t* w, const int8_t* xe, const int8_t* xo, float scale, __m256 acc) {
+// One part's integer dot of a block as eight s32 partial sums.
+inline __m256i part_dot(__m256i even, __m256i odd, const int8_t* xe, const int8_t* xo) {
+  const __m256i s16 =
+      _mm256_add_epi16(_mm256_maddubs_epi16(even, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe))),
+                       _mm256_maddubs_epi16(odd, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xo))));
+  return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+}
+
+// One block's integer dot (the lo part `lo_offset` bytes after the hi part), FMA'd with its combined
+// scale.
+inline __m256 block_fma(const uint8_t* w, const int8_t* xe, const int8_t* xo, int64_t lo_offset, float scale,
+                        __m256 acc) {
   const __m256i mask = _mm256_set1_epi8(0x0F);
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-  const __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-  const __m256i s16 =
-      _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe))),
-                       _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xo))));
-  const __m256i dot = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+  const __m256i even = _mm256_and_si256(v, mask), odd = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+  const __m256i dot = _mm256_add_epi32(_mm256_slli_epi32(part_dot(even, odd, xe, xo), 7),
+                                       part_dot(even, odd, xe + lo_offset, xo + lo_offset));
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc);
 }
 
@@ -61,8 +69,8 @@ void matmul_i8_rows_avx2(const WeightMatrix& w, const I8Activation& x, float* y,
       const int8_t* xe = x.q + e;
       const int8_t* xo = x.q + e + (b % 2 == 1 || b + 1 < n_blocks ? 64 : 32);
       const int64_t g = b / per;
-      acc0 = block_fma(w0 + b * 32, xe, xo, bf16_at(s0 + 2 * g) * x.d[b], acc0);
-      acc1 = block_fma(w1 + b * 32, xe, xo, bf16_at(s1 + 2 * g) * x.d[b], acc1);
+      acc0 = block_fma(w0 + b * 32, xe, xo, x.cols, bf16_at(s0 + 2 * g) * x.d[b], acc0);
+      acc1 = block_fma(w1 + b * 32, xe, xo, x.cols, bf16_at(s1 + 2 * g) * x.d[b], acc1);
       bias0 += bf16_at(b0 + 2 * g) * x.sum[b];
       bias1 += bf16_at(b1 + 2 * g) * x.sum[b];
     }

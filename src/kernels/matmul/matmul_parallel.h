@@ -11,9 +11,9 @@
 namespace qwick {
 
 // kExact keeps activations in f32 (the reference numerics). The fast modes differ by phase:
-//   kFastDecode   products against 4-bit weights quantize the activation to int8 per 64 values
-//                 (matmul_i8.h), as llama.cpp does, row by row (so a multi-row decode step computes
-//                 each row as a single-row one); the rest stays f32
+//   kFastDecode   products against 4-bit weights quantize the activation per 64 values to 15 bits
+//                 held as two int8 parts (matmul_i8.h), row by row (so a multi-row decode step
+//                 computes each row as a single-row one); the rest stays f32
 //   kFastPrefill  every product runs on bf16 operands where the CPU has AVX-512 BF16
 //                 (matmul_bf16.h), f32 elsewhere
 // Choosing by phase rather than by row count keeps a prefill's result independent of how the
