@@ -31,6 +31,9 @@ void ServeOptions::add_to(ArgParser& p) {
   p.option({"--max-body-size"}, "BYTES", "largest request body; larger get 413", &s.max_body_bytes,
            "QWICK_MAX_BODY_SIZE");
   p.option({"--timeout"}, "SECONDS", "socket read/write timeout", &s.timeout_s, "LLAMA_ARG_TIMEOUT");
+  p.option({"--receive-timeout"}, "SECONDS",
+           "total time a client has to send a request's head and body (slow senders are cut off)",
+           &s.receive_timeout_s, "QWICK_RECEIVE_TIMEOUT");
   p.option({"--sse-ping-interval"}, "SECONDS",
            "keep-alive comment interval while a response waits (also how soon a gone client is noticed)",
            &s.ping_interval_s, "QWICK_SSE_PING_INTERVAL");
@@ -89,6 +92,8 @@ void ServeOptions::validate() const {
   if (server.max_body_bytes < 1024)
     fail("--max-body-size must be at least 1024, got {}", server.max_body_bytes);
   if (server.timeout_s < 1) fail("--timeout must be at least 1 second, got {}", server.timeout_s);
+  if (!(server.receive_timeout_s > 0))
+    fail("--receive-timeout must be positive, got {}", server.receive_timeout_s);
   if (server.ping_interval_s <= 0)
     fail("--sse-ping-interval must be positive, got {}", server.ping_interval_s);
   if (cache_ram_mib < 0) fail("--cache-ram must not be negative, got {}", cache_ram_mib);
