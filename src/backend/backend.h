@@ -73,6 +73,7 @@ struct BackendMemory {
   int64_t weights = 0, state = 0, scratch = 0;
   int64_t peak = 0;         // most bytes held at once by this process's device buffers
   int64_t device_used = 0;  // the device's own count of used memory (all processes), largest seen
+  int64_t device_free = 0;  // the device's free memory now (all processes)
 };
 
 // Called after the embedding (stage 0) and after each layer (stage L + 1) of every prefill chunk:

@@ -10,6 +10,7 @@
 
 #include "cli/args.h"
 #include "cli/bench_cost.h"
+#include "cli/cache_budget.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/model_text.h"
@@ -57,7 +58,11 @@ int cmd_serve(int argc, char** argv) {
     BackendEngineOptions eo;
     eo.prefill_chunk = o.chunk;
     eo.draft_max = served->engine.draft_max;
-    eo.cache_bytes = static_cast<size_t>(o.cache_ram_mib) << 20;
+    // Measured after the weights are in: what is left is what the cache may take a share of.
+    const CacheBudget budget =
+        cache_budget(o.cache_ram_mib, o.cache_ram_fraction, served->engine.backend->memory().device_free,
+                     host_available_bytes());
+    eo.cache_bytes = static_cast<size_t>(budget.bytes);
     eo.min_snapshot_tokens = o.cache_min_tokens;
     served->completions =
         std::make_unique<BackendEngine>(*served->engine.backend, model.config.vocab_size, eo);
@@ -81,10 +86,10 @@ int cmd_serve(int argc, char** argv) {
               {"n_embd", model.config.hidden_size},
               {"n_params", static_cast<int64_t>(cost.total_params)},
               {"size", static_cast<int64_t>(model.checkpoint->total_bytes())}};
-    std::fprintf(stderr, "qwick serve: %s on %s, context %lld tokens, prompt cache %lld MiB\n",
+    std::fprintf(stderr, "qwick serve: %s on %s, context %lld tokens, prompt cache %lld MiB (%s)\n",
                  m.path.c_str(), served->engine.backend->name().c_str(),
                  static_cast<long long>(m.meta["n_ctx"].get<int64_t>()),
-                 static_cast<long long>(o.cache_ram_mib));
+                 static_cast<long long>(budget.bytes >> 20), budget.origin.c_str());
     std::fprintf(stderr, "qwick serve: %s\n", ServeOptions::describe(m.defaults).c_str());
     loaded.owner = served;
     return loaded;

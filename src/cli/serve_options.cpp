@@ -31,6 +31,9 @@ void ServeOptions::add_to(ArgParser& p) {
   p.option({"--max-body-size"}, "BYTES", "largest request body; larger get 413", &s.max_body_bytes,
            "QWICK_MAX_BODY_SIZE");
   p.option({"--timeout"}, "SECONDS", "socket read/write timeout", &s.timeout_s, "LLAMA_ARG_TIMEOUT");
+  p.option({"--receive-timeout"}, "SECONDS",
+           "total time a client has to send a request's head and body (slow senders are cut off)",
+           &s.receive_timeout_s, "QWICK_RECEIVE_TIMEOUT");
   p.option({"--sse-ping-interval"}, "SECONDS",
            "keep-alive comment interval while a response waits (also how soon a gone client is noticed)",
            &s.ping_interval_s, "QWICK_SSE_PING_INTERVAL");
@@ -66,8 +69,13 @@ void ServeOptions::add_to(ArgParser& p) {
            "QWICK_REASONING_FIELD");
   p.flag({"--cache-prompt"}, "reuse saved sequence state across requests (--no-cache-prompt = never)",
          &cache_prompt, "QWICK_CACHE_PROMPT");
-  p.option({"--cache-ram"}, "MIB", "memory for saved sequence states (device memory with CUDA); 0 = none",
+  p.option({"--cache-ram"}, "MIB",
+           "memory for saved sequence states (device memory with CUDA); 0 = none; -1 = --cache-ram-fraction "
+           "of the memory free after loading",
            &cache_ram_mib, "LLAMA_ARG_CACHE_RAM");
+  p.option({"--cache-ram-fraction"}, "F",
+           "prompt-cache budget as a share of the free memory, without --cache-ram", &cache_ram_fraction,
+           "QWICK_CACHE_RAM_FRACTION");
   p.option({"--cache-min-tokens"}, "N",
            "prompt prefixes shorter than this are not saved (cheaper to prefill again than to keep)",
            &cache_min_tokens, "QWICK_CACHE_MIN_TOKENS");
@@ -89,9 +97,14 @@ void ServeOptions::validate() const {
   if (server.max_body_bytes < 1024)
     fail("--max-body-size must be at least 1024, got {}", server.max_body_bytes);
   if (server.timeout_s < 1) fail("--timeout must be at least 1 second, got {}", server.timeout_s);
+  if (!(server.receive_timeout_s > 0))
+    fail("--receive-timeout must be positive, got {}", server.receive_timeout_s);
   if (server.ping_interval_s <= 0)
     fail("--sse-ping-interval must be positive, got {}", server.ping_interval_s);
-  if (cache_ram_mib < 0) fail("--cache-ram must not be negative, got {}", cache_ram_mib);
+  if (cache_ram_mib < -1)
+    fail("--cache-ram must be -1 (a share of the free memory) or more, got {}", cache_ram_mib);
+  if (!(cache_ram_fraction > 0 && cache_ram_fraction <= 1))
+    fail("--cache-ram-fraction must be in (0, 1], got {}", cache_ram_fraction);
   if (cache_min_tokens < 0) fail("--cache-min-tokens must not be negative, got {}", cache_min_tokens);
   if (chunk < 1) fail("--ubatch-size must be at least 1, got {}", chunk);
   if (server.reasoning_field != "reasoning_content" && server.reasoning_field != "reasoning")

@@ -26,7 +26,8 @@ struct ServeOptions {
   std::string chat_template_kwargs;  // JSON object
   std::string reasoning_format = "deepseek";
   bool cache_prompt = true;
-  int64_t cache_ram_mib = 4096;
+  int64_t cache_ram_mib = -1;  // -1: cache_ram_fraction of the free memory (cache_budget.h)
+  double cache_ram_fraction = 0.25;
   int64_t cache_min_tokens = 64;
   int64_t chunk = 512;
 

@@ -12,10 +12,12 @@
 #include "server/access_policy.h"
 #include "server/anthropic_format.h"
 #include "server/api_error.h"
+#include "server/bounded_http_server.h"
 #include "server/completion_endpoint.h"
 #include "server/http_reply.h"
 #include "server/messages_endpoint.h"
 #include "server/metrics.h"
+#include "server/request_framing.h"
 #include "server/responses_endpoint.h"
 #include "text/utf8.h"
 
@@ -49,7 +51,7 @@ struct ApiServer::Impl {
 
   ServerOptions options;
   AccessPolicy access;
-  httplib::Server http;
+  BoundedHttpServer http;
   ServerMetrics metrics;
   std::optional<ServedModel> model;
   std::unique_ptr<RequestQueue> queue;
@@ -131,7 +133,12 @@ httplib::Server::HandlerWithContentReader ApiServer::Impl::post_route(Handler ha
       return !over;
     });
     if (over) return refuse();
-    if (!read) return send_error(req, res, invalid_request("the request body could not be read"));
+    if (!read) {
+      // Cut short, or not all received within --receive-timeout: the rest of the stream is not a
+      // request.
+      res.set_header("Connection", "close");
+      return send_error(req, res, invalid_request("the request body could not be read in full"));
+    }
     httplib::Request full = req;
     full.body = std::move(body);
     run(full, res);
@@ -147,22 +154,28 @@ void ApiServer::Impl::setup() {
   http.set_keep_alive_timeout(options.keep_alive_s);
   http.set_read_timeout(options.timeout_s, 0);
   http.set_write_timeout(options.timeout_s, 0);
+  http.set_receive_timeout(std::chrono::milliseconds(static_cast<int64_t>(options.receive_timeout_s * 1000)));
   http.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
 
   // Every request, whatever its route, passes the access rules first.
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     try {
-      return access.screen(req, res) ? httplib::Server::HandlerResponse::Handled
-                                     : httplib::Server::HandlerResponse::Unhandled;
+      check_framing(req);
+      if (!access.screen(req, res)) return httplib::Server::HandlerResponse::Unhandled;
     } catch (const ApiError& e) {
       send_error(req, res, e);
-      return httplib::Server::HandlerResponse::Handled;
     }
+    // Answered before the body was read: the connection closes, or the body would be read as the
+    // next request.
+    if (announces_body(req)) res.set_header("Connection", "close");
+    return httplib::Server::HandlerResponse::Handled;
   });
   // Errors httplib answers itself (no route, body too large, unreadable request) get a JSON body.
   http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
                                                                      httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    // A request httplib cannot read leaves the connection at an unknown place in the stream.
+    if (res.status == 400) res.set_header("Connection", "close");
     std::string message;
     if (res.status == 404)
       message = "no endpoint " + req.method + " " + req.path;
@@ -316,10 +329,12 @@ int ApiServer::bind() {
   if (o.port == 0) {
     const int port = impl_->http.bind_to_any_port(o.host);
     if (port <= 0) fail("cannot listen on {} (any port)", o.host);
+    impl_->http.raise_backlog();
     return port;
   }
   if (!impl_->http.bind_to_port(o.host, o.port))
     fail("cannot listen on {}:{} (in use, or not an address here?)", o.host, o.port);
+  impl_->http.raise_backlog();
   return o.port;
 }
 

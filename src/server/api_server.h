@@ -17,7 +17,8 @@
 // leading spaces (valid JSON whitespace) for the same reason.
 //
 // cpp-httplib 0.11.4 (Debian's, a compiled library): each open connection holds a pool thread,
-// so the pool is sized from the queue (queue + 16 by default) and keep-alive is bounded.
+// so the pool is sized from the queue (queue + 16 by default), keep-alive is bounded, and a
+// client has a bounded total time to send each request (bounded_http_server.h).
 //
 // Tested in tests/server/server_stream_test.cpp (in-process, a scripted engine, exact SSE bytes)
 // and tests/node/server_*.mjs (the qwick serve binary driven by the openai client).
@@ -47,8 +48,9 @@ struct ServerOptions {
   int http_threads = 0;       // 0: queue_size + 16
   int64_t queue_size = 32;
   int64_t max_body_bytes = int64_t{16} << 20;
-  double ping_interval_s = 5;  // keep-alive comments while a response waits
-  int64_t timeout_s = 600;     // socket read / write timeout
+  double ping_interval_s = 5;     // keep-alive comments while a response waits
+  int64_t timeout_s = 600;        // socket read / write timeout
+  double receive_timeout_s = 30;  // the total time to send a request's head and body
   int64_t keep_alive_s = 5;
   std::string reasoning_field = "reasoning_content";  // or vLLM's "reasoning"
   bool log_requests = true;                           // one line per completion on stderr

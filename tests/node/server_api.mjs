@@ -305,7 +305,7 @@ await t.section("command line", async () => {
   for (const opt of ["--host", "--port", "--alias", "--api-key", "--ctx-size", "--model", "--threads", "--temp",
                      "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--presence-penalty", "--frequency-penalty",
                      "--seed", "--n-predict", "--chat-template-kwargs", "--reasoning-format", "--queue-size",
-                     "--max-body-size", "--cache-ram", "--threads-http", "LLAMA_ARG_PORT", "LLAMA_ARG_HOST",
+                     "--max-body-size", "--cache-ram", "--cache-ram-fraction", "--receive-timeout", "--threads-http", "LLAMA_ARG_PORT", "LLAMA_ARG_HOST",
                      "LLAMA_API_KEY", "LLAMA_ARG_CTX_SIZE", "LLAMA_ARG_CACHE_RAM"])
     t.ok(help.stdout.includes(opt), `--help lists ${opt}`);
   // Environment variables configure it like flags.
@@ -325,7 +325,8 @@ await t.section("command line", async () => {
   // Bad values are refused before anything loads.
   for (const [flag, value, message] of [["--chat-template-kwargs", "[1]", "must be a JSON object"],
                                         ["--queue-size", "0", "at least 1"], ["--reasoning-format", "think", "deepseek, auto or none"],
-                                        ["--port", "70000", "0 .. 65535"], ["--cache-ram", "lots", "expected an integer"]]) {
+                                        ["--port", "70000", "0 .. 65535"], ["--cache-ram", "lots", "expected an integer"],
+                                        ["--cache-ram-fraction", "1.5", "in (0, 1]"], ["--receive-timeout", "0", "must be positive"]]) {
     const bad = spawnSync(args.qwick, ["serve", flag, value, "-m", "/nonexistent"], { encoding: "utf8", timeout: 20000 });
     t.ok(bad.status === 1 && bad.stderr.includes(message) && !bad.stderr.includes("listening"), `bad ${flag}`, bad.stderr);
   }

@@ -83,6 +83,8 @@ class CudaBackend final : public Backend {
     m.scratch = static_cast<int64_t>(ctx_.scratch_bytes());
     m.peak = device_bytes_peak();
     m.device_used = device_used_peak_;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) m.device_free = static_cast<int64_t>(free_b);
     return m;
   }
 
