@@ -1,5 +1,5 @@
 // Clients that send their request slowly, over raw sockets, against a server whose
-// --receive-timeout is 1 s: a head or a body trickled a byte at a time is cut off at the bound
+// --receive-timeout is 2 s: a head or a body trickled a byte at a time is cut off at the bound
 // (not at the per-read timeout), also after "100 Continue", the server answers others meanwhile,
 // and what is not slow sending
 // is left alone: a request sent in pieces within the bound, the next request of a keep-alive
@@ -24,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 using test::RawConnection;
 using test::TestServer;
 
-constexpr double kBound = 1.0;  // seconds
+constexpr double kBound = 2.0;  // seconds
 
 ServerOptions bounded() {
   ServerOptions o;
@@ -74,13 +74,13 @@ TEST(ServerSlowClients, TrickledHeadsAreCutOffWhileOthersAreServed) {
     auto r = server.client().Post("/v1/chat/completions", kBody, "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200);
-    EXPECT_LT(seconds_since(start), 0.5);
+    EXPECT_LT(seconds_since(start), kBound / 2);  // not held up until the slow ones are cut
   }
   for (std::thread& t : slow) t.join();
   for (const auto& s : cut) {
     ASSERT_TRUE(s) << "a trickled head was read for as long as it kept coming";
     EXPECT_GT(*s, kBound - 0.1);
-    EXPECT_LT(*s, kBound + 1.0);
+    EXPECT_LT(*s, kBound + 1.5);
   }
 }
 
@@ -93,7 +93,7 @@ TEST(ServerSlowClients, ATrickledBodyIsRefusedAtTheBound) {
   ASSERT_TRUE(c.send_all(kHead + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n"));
   const auto cut = trickle(c, body);
   ASSERT_TRUE(cut) << "a trickled body was read for as long as it kept coming";
-  EXPECT_LT(*cut, kBound + 1.0);
+  EXPECT_LT(*cut, kBound + 1.5);
   const std::string answer = c.receive();
   EXPECT_TRUE(answer.starts_with("HTTP/1.1 400")) << answer.substr(0, 200);
   EXPECT_NE(answer.find("could not be read in full"), std::string::npos) << answer;
@@ -118,7 +118,7 @@ TEST(ServerSlowClients, ABodyAfter100ContinueIsBoundedToo) {
     if (slow) {
       const auto cut = trickle(c, body);
       ASSERT_TRUE(cut) << "a trickled body was read for as long as it kept coming";
-      EXPECT_LT(*cut, kBound + 1.0);
+      EXPECT_LT(*cut, kBound + 1.5);
     } else {
       ASSERT_TRUE(c.send_all(body));
     }
