@@ -74,6 +74,13 @@ double stddev(const std::vector<double>& v) {
   return std::sqrt(s / static_cast<double>(v.size() - 1));
 }
 
+// Writes a bench's --json file; Error when it cannot be written.
+void write_json(const std::string& path, const nlohmann::json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out) fail("{}: cannot write", path);
+}
+
 std::string length_name(int64_t n) {
   return n >= 1024 && n % 1024 == 0 ? std::to_string(n / 1024) + "K" : std::to_string(n);
 }
@@ -154,11 +161,7 @@ int run_parallel_bench(EngineOptions engine, const std::string& counts_text, int
               e.backend->name().c_str(), static_cast<long long>(context), static_cast<long long>(tokens),
               static_cast<long long>(reps));
   const nlohmann::json j = bench_parallel(*e.backend, e.model->config.vocab_size, spec);
-  if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    out << nlohmann::json{{"device", e.backend->name()}, {"parallel", j}}.dump(2) << "\n";
-    if (!out) fail("{}: cannot write", json_path);
-  }
+  if (!json_path.empty()) write_json(json_path, {{"device", e.backend->name()}, {"parallel", j}});
   return 0;
 }
 
@@ -226,11 +229,7 @@ int cmd_bench(int argc, char** argv) {
       engine.ctx_size = *std::max_element(lengths.begin(), lengths.end()) + spec_tokens + 16;
     Engine e = open_engine(engine);
     const nlohmann::json j = bench_speculation(*e.backend, e.model->config.vocab_size, spec);
-    if (!json_path.empty()) {
-      std::ofstream out(json_path);
-      out << nlohmann::json{{"device", e.backend->name()}, {"speculation", j}}.dump(2) << "\n";
-      if (!out) fail("{}: cannot write", json_path);
-    }
+    if (!json_path.empty()) write_json(json_path, {{"device", e.backend->name()}, {"speculation", j}});
     return 0;
   }
   for (int64_t v : {prefill_reps, decode_reps, decode_tokens, chunk, table_reps})
@@ -373,9 +372,7 @@ int cmd_bench(int argc, char** argv) {
                           {"peak", mem.peak},
                           {"device_used", mem.device_used},
                           {"context", backend.max_context()}}}};
-    std::ofstream out(json_path);
-    out << j.dump(2) << "\n";
-    if (!out) fail("{}: cannot write", json_path);
+    write_json(json_path, j);
   }
   if (!plot_path.empty())
     write_plot_png(plot_path,
